@@ -1,0 +1,28 @@
+# Two commands do all set-up: `make run` and `make test`. The virtual environment is created on
+# first use and reinstalled only when pyproject.toml changes.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/shard-search
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m validation.bench_proxy
+
+clean:
+	rm -rf $(VENV) outputs multirun .pytest_cache

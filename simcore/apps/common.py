@@ -1,0 +1,83 @@
+"""What every console app shares: one-line errors with exit code 2, atomic writes, the run dir."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["cli_errors", "atomic_write_text", "atomic_write_json", "run_dir", "UserError", "console"]
+
+
+def console():
+    """A rich console that stays wide when output goes to a file or a pipe (logs, CI)."""
+    from rich.console import Console
+
+    c = Console()
+    return c if c.is_terminal else Console(width=160)
+
+
+class UserError(ValueError):
+    """Bad input from the user: reported as one line, exit code 2."""
+
+
+def cli_errors(func: Callable) -> Callable:
+    """Turn bad-input exceptions into ``error: <message>`` on stderr and exit code 2 (no traceback)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            return func(*args, **kwargs)
+        except (ValueError, KeyError, FileNotFoundError, OmegaConfBaseException) as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapper
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write through a temporary file and rename, so a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_json(path: str | os.PathLike, data) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value):
+    import numpy as np
+
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def run_dir() -> Path:
+    """The Hydra run (or multirun job) directory, or the working directory outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except ValueError:
+        return Path.cwd()

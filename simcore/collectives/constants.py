@@ -1,0 +1,186 @@
+"""NCCL's tuning constants (Hopper values) plus the few physical parameters we calibrate, and the fabric.
+
+Everything is SI (seconds, bytes, bytes/s). The NCCL numbers are copied from ``src/graph/tuning.cc``,
+``topo.h`` and ``search.cc`` as summarised in ``shared/reference/simulators.md`` section 3; tuples
+indexed by protocol are ordered ``(ll, ll128, simple)`` and tuples indexed by node count are ordered
+``(1 node, 2 nodes, 3+ nodes)`` exactly as NCCL's tables are. The calibrated fields at the end are fitted
+by ``python -m validation.fit_collectives`` on ``validation/data/collectives_calibration.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from ..hardware import GpuSpec, get_gpu
+
+__all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "NcclConstants", "Fabric",
+           "DEFAULT"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "hierarchical", "direct", "pairwise")
+PROTOCOLS = ("ll", "ll128", "simple")
+
+#: Which algorithms apply to which collective. ``ring``/``tree``/``nvls``/``nvls_tree`` are NCCL's own
+#: (NCCL allows NVLS for all-gather/reduce-scatter, tree and NVLSTree only for all-reduce);
+#: ``hierarchical`` is the explicit 3-phase intra/inter/intra schedule (never chosen by ``auto``, NCCL
+#: has no such algorithm); all-to-all is NCCL's grouped send/recv, ``direct`` (all peers at once) or
+#: ``pairwise`` (n-1 steps, one peer each); send/recv is one ``direct`` path.
+ALGORITHMS_BY_COLLECTIVE: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "tree", "nvls", "nvls_tree", "hierarchical"),
+    "all_gather": ("ring", "nvls", "hierarchical"),
+    "reduce_scatter": ("ring", "nvls", "hierarchical"),
+    "all_to_all": ("direct", "pairwise"),
+    "send_recv": ("direct",),
+}
+
+_US = 1e-6
+_GB = 1e9
+
+
+def _us(*values: float) -> tuple[float, ...]:
+    return tuple(v * _US for v in values)
+
+
+def _gbps(*values: float) -> tuple[float, ...]:
+    return tuple(v * _GB for v in values)
+
+
+# NCCL treeCorrectionFactor[proto][log2(bytes/64)], 64 B .. 512 MiB (cost_model.cc).
+_TREE_CORRECTION = (
+    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+)
+
+
+@dataclass(frozen=True)
+class NcclConstants:
+    """NCCL's latency/bandwidth model constants (Hopper) and our calibrated physical parameters.
+
+    Latency fields are seconds, bandwidth fields bytes/s, factors dimensionless.
+    """
+
+    # ---- latencies (tuning.cc baseLat / hwLat), per protocol (ll, ll128, simple) ----
+    ring_base_latency_s: tuple[float, ...] = _us(6.6, 14.0, 8.4)   # Ring baseLat; also p2p (a2a, send/recv)
+    tree_base_latency_s: tuple[float, ...] = _us(6.8, 14.0, 8.4)   # Tree baseLat
+    ring_nvlink_hop_latency_s: tuple[float, ...] = _us(0.6, 1.9, 3.4)  # Ring hwLat[NVLINK], per step
+    tree_nvlink_hop_latency_s: tuple[float, ...] = _us(0.6, 1.25, 4.0)  # Tree hwLat[NVLINK], per level
+    ring_net_hop_latency_s: tuple[float, ...] = _us(2.7, 4.0, 14.0)  # Ring hwLat[NET], per inter step
+    tree_net_hop_latency_s: tuple[float, ...] = _us(5.0, 8.5, 14.0)  # Tree hwLat[NET]; Ring's at 1 GPU/node
+    nvls_nvlink_latency_s: float = 25.0 * _US       # NVLS hwLat[NVLINK] (Simple); replaces the base
+    nvls_net_latency_s: float = 18.0 * _US          # NVLS hwLat[NET] (multi-node NVLS, needs CollNet)
+    nvls_tree_nvlink_latency_s: float = 25.0 * _US  # NVLSTree hwLat[NVLINK]
+    nvls_tree_net_latency_s: float = 20.9 * _US     # NVLSTree hwLat[NET], per tree level
+    net_overhead_s: float = 1.0 * _US               # getNetOverhead (Intel/default CPU); x3 for Simple
+    net_latency_s: float = 0.0                      # latencyInter from the topology XML; 2x for Simple
+    ring_plateau_factor: float = 1.4                # multi-node Ring/Simple all-reduce latency x1.4 (sm80+)
+    ring_plateau_min_bytes: float = 64.0            # ... once bytes / (channels x ranks) reaches this
+    # ---- bandwidth refinements (tuning.cc) ----
+    ll_bw_factor: float = 0.5                       # Ring LL: busBw x 0.5 ...
+    ll_max_bw: tuple[float, ...] = _gbps(141.0, 39.0, 20.4)  # ... capped by llMaxBw (1 node Hopper; Intel)
+    ll128_bw_factor: float = 0.92                   # Ring LL128: busBw x 0.92 ...
+    ll128_bw_factor_one_gpu_per_node: float = 0.7  # ... x 0.7 when ppn < 2
+    ring_ll128_channel_max_bw: float = 36.7 * _GB   # ... capped by nChannels x 36.7 GB/s
+    tree_bw_factor: float = 0.92                    # Tree: busBw x 0.92 ...
+    tree_channel_max_bw: tuple[float, ...] = _gbps(38.7, 41.4, 36.0)  # ... capped by nCh x perChMaxTreeBw
+    tree_ll_bw_divisor: float = 3.8                 # Tree LL: busBw / 3.8, capped by llMaxBw
+    tree_ll128_bw_factor: tuple[float, float] = (7.0 / 9.0, 120.0 / 128.0)  # Tree LL128 (1 node, multi)
+    tree_ll128_channel_max_bw: tuple[float, ...] = _gbps(36.7, 36.7, 29.0)  # perChMaxTreeLL128Bw
+    tree_correction: tuple[tuple[float, ...], ...] = _TREE_CORRECTION  # treeCorrectionFactor[proto][log2(B/64)]
+    nvls_efficiency: float = 0.85                   # nvlsEfficiency, Hopper (Blackwell 0.74)
+    nvls_tree_channel_max_bw: tuple[float, ...] = _gbps(0.0, 57.7, 45.5)  # perChMaxNVLSTreeBw (2 / 3+ nodes)
+    # ---- channel counts (topology search, search.cc / nvls.cc) ----
+    ring_channels: int = 16                         # ring/tree channels on an HGX H100 node
+    nvls_max_channels: int = 16                     # NVLS_NCHANNELS_SM90; NVLS uses one channel per local rank
+    nvls_max_arity: int = 32                        # NCCL_MAX_NVLS_ARITY: NVLS all-gather/reduce-scatter limit
+    max_channel_bw_intra: float = 60.0 * _GB        # fastest per-channel speed NCCL's sm90 search tries
+    # ---- calibrated physical parameters: validation/fit_collectives.py ----
+    # Fraction of the per-direction NVLink rate a ring channel set reaches (NCCL itself assumes
+    # 20.6 GB/s x 18 links = 370.8 of 450 GB/s = 0.824).
+    nvlink_efficiency: float = 0.8168
+    # Fraction of the NIC line rate reached (NCCL maintainers: 46-48 of 50 GB/s per NDR NIC). A prior, not
+    # fitted: the calibration rows are bound by NVLink and NIC alike, so they cannot identify it.
+    nic_efficiency: float = 0.92
+    # Host/runtime cost of issuing one collective (kernel launch, framework call), added to every one.
+    launch_overhead_s: float = 8.1 * _US
+    # Extra, un-overlapped steps in the bandwidth term of one ring pass (pipeline fill and drain),
+    # split into passes that copy (all-gather) and passes that reduce (reduce-scatter).
+    ring_fill_steps_copy: float = 0.0
+    ring_fill_steps_reduce: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("nvlink_efficiency", "nic_efficiency", "nvls_efficiency"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"NcclConstants.{name} must be in (0, 1], got {value!r}")
+        for name in ("launch_overhead_s", "net_overhead_s", "net_latency_s", "ring_fill_steps_copy",
+                     "ring_fill_steps_reduce"):
+            value = getattr(self, name)
+            if not (value >= 0.0 and math.isfinite(value)):
+                raise ValueError(f"NcclConstants.{name} must be finite and >= 0, got {value!r}")
+        for name in ("ring_channels", "nvls_max_channels", "nvls_max_arity"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"NcclConstants.{name} must be a positive int, got {value!r}")
+
+    def with_overrides(self, **changes: object) -> NcclConstants:
+        """A copy with some fields replaced; unknown names raise ``ValueError``."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown NcclConstants field(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+
+DEFAULT = NcclConstants()
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """What a communicator's GPUs are connected by; bandwidths per GPU per direction (bytes/s)."""
+
+    nvlink_bandwidth_bytes_per_s: float
+    nic_bandwidth_bytes_per_s: float
+    nvlink_domain_size: int
+    nvls: bool = True  # NVSwitch SHARP (multicast/in-switch reduction) available
+
+    def __post_init__(self) -> None:
+        for name in ("nvlink_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"Fabric.{name} must be positive and finite, got {value!r}")
+        if not (isinstance(self.nvlink_domain_size, int) and self.nvlink_domain_size >= 1):
+            raise ValueError(f"Fabric.nvlink_domain_size must be a positive int, got {self.nvlink_domain_size!r}")
+
+    @classmethod
+    def from_gpu(cls, gpu: GpuSpec, nvlink_domain_size: int | None = None) -> Fabric:
+        """The fabric of HGX-style nodes of ``gpu`` (domain = ``gpu.gpus_per_node`` unless given)."""
+        domain = gpu.gpus_per_node if nvlink_domain_size is None else int(nvlink_domain_size)
+        return cls(gpu.nvlink_bandwidth_bytes_per_s, gpu.nic_bandwidth_bytes_per_s, domain)
+
+    @classmethod
+    def from_topology(cls, graph) -> Fabric:
+        """The fabric a topology graph describes (see :mod:`topologies.graph`).
+
+        Reads graph attributes ``gpu`` (catalog name), ``nvlink_domain_size`` and, when present,
+        ``nvlink_bandwidth_bytes_per_s`` / ``nic_bandwidth_bytes_per_s`` / ``nvls``; otherwise the
+        rates of a GPU's links to its ``nvswitch`` and ``nic`` neighbours, then the GPU spec.
+        """
+        attrs = graph.graph
+        gpu = get_gpu(attrs["gpu"])
+        nvlink, nic = _link_rates(graph)
+        nvlink = attrs.get("nvlink_bandwidth_bytes_per_s", nvlink or gpu.nvlink_bandwidth_bytes_per_s)
+        nic = attrs.get("nic_bandwidth_bytes_per_s", nic or gpu.nic_bandwidth_bytes_per_s)
+        return cls(float(nvlink), float(nic), int(attrs.get("nvlink_domain_size", gpu.gpus_per_node)),
+                   nvls=bool(attrs.get("nvls", True)))
+
+
+def _link_rates(graph) -> tuple[float | None, float | None]:
+    """(NVLink, NIC) rate of ``gpu0``'s links to an ``nvswitch`` and a ``nic`` node, if any."""
+    if "gpu0" not in graph:
+        return None, None
+    rates: dict[str, float] = {}
+    for _, v, data in graph.out_edges("gpu0", data=True):
+        rates.setdefault(graph.nodes[v].get("kind", ""), float(data["bandwidth_bytes_per_s"]))
+    return rates.get("nvswitch"), rates.get("nic")

@@ -1,0 +1,117 @@
+"""Structured configs shared by every app, registered in Hydra's ConfigStore.
+
+Each dataclass backs one config group (``model``, ``hardware``, ``topology``, ``workload``, ``sim``);
+the YAML files under ``conf/`` extend them, so a misspelled key or a wrong type fails when Hydra
+composes the config. Units at this boundary are the ones people type (milliseconds for SLOs); they
+are converted to SI here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig",
+           "build_context", "build_workload", "build_cluster", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A config value that composes but makes no sense (names the field)."""
+
+
+@dataclass
+class ModelConfig:
+    """``name``: a preset from ``simcore.models.MODEL_NAMES`` or a path to a Hugging Face config.json."""
+
+    name: str = "deepseek-v3"
+
+
+@dataclass
+class HardwareConfig:
+    """``name``: GPU catalog entry; ``overrides``: calibrated GpuSpec fields to replace (e.g.
+    ``hbm_efficiency``)."""
+
+    name: str = "h100-sxm"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TopologyConfig:
+    """``name``: a preset of ``topologies.TOPOLOGY_NAMES`` or ``custom`` with ``path`` to a YAML file."""
+
+    name: str = "h100-ib-rail"
+    num_nodes: int = 8
+    oversubscription: float = 1.0
+    path: str | None = None
+
+
+@dataclass
+class WorkloadConfig:
+    phase: str = "decode"
+    precision: str = "fp8"
+    input_len: int = 4096
+    output_len: int = 256
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+
+
+@dataclass
+class SimConfig:
+    """Simulator switches (the proxy is the simulator with both off)."""
+
+    contention: bool = True
+    overlap: bool = True
+    seed: int = 0
+
+
+def build_workload(cfg: WorkloadConfig):
+    from .workload import Workload
+
+    def ms(v):
+        return None if v is None else float(v) / 1e3
+
+    return Workload(phase=cfg.phase, precision=cfg.precision, input_len=int(cfg.input_len),
+                    output_len=int(cfg.output_len), ttft_slo_s=ms(cfg.ttft_slo_ms), tpot_slo_s=ms(cfg.tpot_slo_ms))
+
+
+def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
+    """The topology graph the config describes."""
+    from topologies import build_topology, load_topology_yaml
+
+    if topology.name == "custom":
+        if not topology.path:
+            raise ConfigError("topology.path: required when topology.name is custom")
+        return load_topology_yaml(topology.path)
+    if topology.num_nodes < 1:
+        raise ConfigError(f"topology.num_nodes must be positive, got {topology.num_nodes}")
+    if topology.oversubscription <= 0:
+        raise ConfigError(f"topology.oversubscription must be positive, got {topology.oversubscription}")
+    return build_topology(topology.name, num_nodes=topology.num_nodes,
+                          oversubscription=topology.oversubscription)
+
+
+def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):
+    """Cluster for the cost model; the GPU comes from the topology, efficiencies from ``hardware``."""
+    import dataclasses
+
+    from .cluster import Cluster
+    from .hardware import get_gpu
+
+    cluster = Cluster.from_graph(build_graph(topology, hardware))
+    if hardware.name != cluster.gpu.name:
+        get_gpu(hardware.name)  # validates the name
+        raise ConfigError(f"hardware.name: {hardware.name!r} differs from topology {topology.name!r} "
+                          f"which is built of {cluster.gpu.name!r}")
+    if hardware.overrides:
+        cluster = dataclasses.replace(cluster, gpu=cluster.gpu.with_overrides(**dict(hardware.overrides)))
+    return cluster
+
+
+def build_context(model: ModelConfig, hardware: HardwareConfig, topology: TopologyConfig,
+                  workload: WorkloadConfig):
+    """The :class:`~simcore.lowering.CostContext` of a composed config."""
+    from .lowering import CostContext
+    from .models import get_model
+
+    return CostContext(model=get_model(model.name), workload=build_workload(workload),
+                       cluster=build_cluster(topology, hardware))

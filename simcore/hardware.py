@@ -1,0 +1,111 @@
+"""GPU hardware catalog: peak rates from the spec sheets plus a few calibrated efficiencies.
+
+Everything is SI: FLOP/s, bytes, bytes/s, seconds. Peak figures come from
+``shared/reference/specs_h100.md``; the achievable fractions (``gemm_efficiency``,
+``hbm_efficiency``, ``kernel_overhead_s`` ...) are fitted on published kernel
+measurements by ``python -m validation.fit_kernels`` (see that script for the data and
+the fit) and copied here so the simulator needs no data at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+__all__ = ["GpuSpec", "GPUS", "get_gpu", "PRECISION_BYTES"]
+
+#: Bytes per element of weights / activations / KV cache for each precision.
+PRECISION_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model and the node it sits in.
+
+    Attributes are peak rates (``*_peak_*``), capacities, link rates per direction, and
+    calibrated achievable fractions. ``gemm_efficiency[p]`` is the fraction of the dense
+    tensor-core peak a large GEMM reaches at precision ``p``; smaller GEMMs lose further
+    to wave quantization of ``gemm_tile`` x ``gemm_tile`` output tiles over ``num_sms``.
+    """
+
+    name: str
+    peak_flops_per_s: dict[str, float]  # dense tensor-core peak by precision
+    hbm_bytes: float
+    hbm_bandwidth_bytes_per_s: float
+    nvlink_bandwidth_bytes_per_s: float  # per direction, all links of one GPU together
+    nvlink_links: int
+    nic_bandwidth_bytes_per_s: float  # one scale-out NIC per GPU, per direction
+    gpus_per_node: int = 8
+    num_sms: int = 132
+    # Calibrated by `python -m validation.fit_kernels` on validation/data/kernels_h100.csv (439 rows:
+    # XLA BF16 GEMMs, cuBLASLt/DeepGEMM/torch FP8 GEMMs, STREAM, FlashAttention/FlashMLA); rounded.
+    gemm_tile: int = 64  # effective output-tile granularity of wave quantization (grid 64/128/256)
+    gemm_efficiency: dict[str, float] = dataclasses.field(default_factory=lambda: {"bf16": 0.79, "fp8": 0.64})
+    attention_efficiency: float = 0.51  # fraction of bf16 peak a fused attention kernel reaches
+    hbm_efficiency: float = 0.90  # fraction of peak HBM bandwidth a streaming kernel reaches
+    kernel_overhead_s: float = 5.6e-6  # fixed launch + ramp + tail cost of one isolated kernel
+    vector_flops_per_s: float = 66.9e12  # non-tensor FP32 rate, for element-wise work
+    hbm_reserved_bytes: float = 4.0e9  # CUDA context, NCCL buffers, allocator slack
+
+    def __post_init__(self) -> None:
+        for field in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "nvlink_bandwidth_bytes_per_s",
+                      "nic_bandwidth_bytes_per_s", "gpus_per_node", "num_sms", "gemm_tile"):
+            value = getattr(self, field)
+            if not value > 0:
+                raise ValueError(f"GpuSpec {self.name}: {field} must be positive, got {value!r}")
+        for precision in PRECISION_BYTES:
+            if precision not in self.peak_flops_per_s:
+                raise ValueError(f"GpuSpec {self.name}: peak_flops_per_s lacks precision {precision!r}")
+            if not 0 < self.gemm_efficiency.get(precision, 0) <= 1:
+                raise ValueError(f"GpuSpec {self.name}: gemm_efficiency[{precision!r}] must be in (0, 1]")
+        if not 0 < self.hbm_efficiency <= 1:
+            raise ValueError(f"GpuSpec {self.name}: hbm_efficiency must be in (0, 1]")
+
+    def __hash__(self) -> int:  # dict fields make the default hash fail; names are unique
+        return hash(self.name)
+
+    @property
+    def usable_hbm_bytes(self) -> float:
+        return self.hbm_bytes - self.hbm_reserved_bytes
+
+    def with_overrides(self, **changes: object) -> GpuSpec:
+        """A copy with some fields replaced (e.g. calibrated efficiencies from config)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown hardware field(s): {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+
+_GB = 1e9
+
+# H100 SXM5 80 GB: 989.4 TFLOP/s dense BF16, 1978.9 FP8 (NVIDIA Hopper whitepaper via
+# glennklockwood.com/garden/processors/h100); 80 GB HBM3 at 3.35 TB/s (stas00 ml-engineering);
+# NVLink4 18 links x 25 GB/s = 450 GB/s per direction; one ConnectX-7 NDR 400 Gb/s NIC per GPU
+# (DGX H100 user guide). Efficiencies: validation/fit_kernels.py on validation/data/kernels_h100.csv.
+H100_SXM = GpuSpec(
+    name="h100-sxm",
+    peak_flops_per_s={"bf16": 989.4e12, "fp8": 1978.9e12},
+    hbm_bytes=80 * _GB,
+    hbm_bandwidth_bytes_per_s=3.35e12,
+    nvlink_bandwidth_bytes_per_s=450 * _GB,
+    nvlink_links=18,
+    nic_bandwidth_bytes_per_s=400e9 / 8,
+)
+
+# H200 SXM 141 GB: same GH100 die and NVLink4 fabric as H100, HBM3e 141 GB at 4.8 TB/s
+# (NVIDIA H200 product page, as quoted in shared/reference/specs_h100.md for the 8x H200 sweep).
+H200 = dataclasses.replace(H100_SXM, name="h200", hbm_bytes=141 * _GB, hbm_bandwidth_bytes_per_s=4.8e12)
+
+# H800 SXM: the China-market Hopper; same SMs (DeepGEMM reaches 1358+ FP8 TFLOP/s on it), NVLink cut
+# to 400 GB/s bidirectional = 200 GB/s per direction (NVIDIA/nccl issue #1374; DeepEP README).
+H800 = dataclasses.replace(H100_SXM, name="h800", nvlink_bandwidth_bytes_per_s=200 * _GB, nvlink_links=8)
+
+GPUS: dict[str, GpuSpec] = {g.name: g for g in (H100_SXM, H200, H800)}
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """Look a GPU up by catalog name; the error lists the valid names."""
+    try:
+        return GPUS[name]
+    except KeyError:
+        raise ValueError(f"unknown hardware {name!r}; choose one of: {', '.join(sorted(GPUS))}") from None

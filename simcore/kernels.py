@@ -1,0 +1,114 @@
+"""Single-GPU kernel time model: one roofline shared by the proxy and the simulator.
+
+Every function takes Python floats or numpy arrays (broadcast together) and returns float64
+seconds: a ``numpy.float64`` scalar for scalar inputs, an array otherwise. The only parameters
+are the physical ones on :class:`~simcore.hardware.GpuSpec` (peak rates, SM count, output tile,
+and the efficiencies fitted by ``python -m validation.fit_kernels``); nothing depends on the
+particular shape being a measured one.
+
+A kernel costs ``max(compute time, memory time) + kernel_overhead_s``: compute and HBM traffic
+overlap inside one fused kernel, while launch, ramp-up and tail do not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from simcore.hardware import PRECISION_BYTES, GpuSpec
+
+__all__ = ["gemm_flops", "gemm_bytes", "gemm_time_s", "attention_time_s", "memory_time_s"]
+
+#: Bytes per activation element entering a GEMM: BF16 models read BF16 activations; FP8 GEMMs
+#: quantize their input activations to FP8 (the output stays BF16 either way).
+_ACTIVATION_OUT_BYTES = 2.0
+
+
+def _out(value: np.ndarray) -> np.ndarray:
+    """Return float64; 0-d results become a ``numpy.float64`` scalar."""
+    return np.asarray(value, dtype=np.float64)[()]
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISION_BYTES:
+        raise ValueError(f"precision must be one of {sorted(PRECISION_BYTES)}, got {precision!r}")
+
+
+def gemm_flops(m: ArrayLike, n: ArrayLike, k: ArrayLike, count: ArrayLike = 1) -> np.ndarray:
+    """FLOPs of ``count`` GEMMs (m x k) @ (k x n): ``2 m n k count`` (one multiply-add = 2 FLOPs)."""
+    m, n, k, count = (np.asarray(x, dtype=np.float64) for x in (m, n, k, count))
+    return _out(2.0 * m * n * k * count)
+
+
+def gemm_bytes(m: ArrayLike, n: ArrayLike, k: ArrayLike, precision: str, count: ArrayLike = 1) -> np.ndarray:
+    """HBM bytes of ``count`` GEMMs: weights ``k n`` and input ``m k`` at ``precision``, BF16 output ``m n``.
+
+    Each operand is read from HBM once (an ideal tile order in which L2 catches the re-reads).
+    """
+    _check_precision(precision)
+    m, n, k, count = (np.asarray(x, dtype=np.float64) for x in (m, n, k, count))
+    elem = PRECISION_BYTES[precision]
+    return _out(count * (k * n * elem + m * k * elem + m * n * _ACTIVATION_OUT_BYTES))
+
+
+def _gemm_compute_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.ndarray,
+                    gpu: GpuSpec, precision: str) -> np.ndarray:
+    """Tensor-core time with wave quantization of output tiles and split-K (see :func:`gemm_time_s`)."""
+    tile = float(gpu.gemm_tile)
+    sms = float(gpu.num_sms)
+    sm_flops_per_s = gpu.peak_flops_per_s[precision] * gpu.gemm_efficiency[precision] / sms
+    tiles = np.maximum(np.ceil(m / tile) * np.ceil(n / tile) * count, 1.0)
+    waves = np.ceil(tiles / sms)
+    # Fewer tiles than SMs: split K over floor(sms / tiles) SMs per tile, each slice at least one
+    # k-block deep (or all of k when k is shorter than a block).
+    splits = np.maximum(np.floor(sms / tiles), 1.0)
+    k_per_sm = np.where(tiles < sms, np.maximum(k / splits, np.minimum(k, tile)), k)
+    return waves * 2.0 * tile * tile * k_per_sm / sm_flops_per_s
+
+
+def gemm_time_s(m: ArrayLike, n: ArrayLike, k: ArrayLike, gpu: GpuSpec, precision: str,
+                count: ArrayLike = 1) -> np.ndarray:
+    """Time in s of ``count`` independent GEMMs (m x k) @ (k x n) run as one (grouped) kernel.
+
+    ``max(compute_s, bytes / (hbm * hbm_efficiency)) + kernel_overhead_s`` with ``bytes`` from
+    :func:`gemm_bytes`. ``compute_s`` models the tensor cores as ``num_sms`` SMs that each compute
+    one ``gemm_tile x gemm_tile`` output tile at a time at ``peak[precision] * gemm_efficiency[precision]
+    / num_sms``:
+
+    * ``tiles = ceil(m / T) * ceil(n / T) * count``; partial tiles cost a full tile (tensor-core
+      instructions have a fixed M x N shape), so time never drops when m or n grows.
+    * ``tiles >= num_sms``: ``ceil(tiles / num_sms)`` waves of full-k tiles (wave quantization: a last
+      partial wave costs a whole wave).
+    * ``tiles < num_sms`` (decode and other small-m GEMMs): split-K spreads each tile over
+      ``floor(num_sms / tiles)`` SMs, one wave of ``max(k / splits, min(k, T))``-deep slices. Without it
+      an m=1 GEMM would be charged up to ``num_sms`` times too much compute; the split reduction is ignored.
+
+    So a huge GEMM reaches ``peak * gemm_efficiency`` and an m=1 decode GEMM is memory bound. ``T`` is
+    ``gemm_tile``: the fitted 64 (grid 64/128/256) stands for the library picking among tile shapes per
+    GEMM, which quantizes more finely than one fixed 128 x 128 tile would.
+    """
+    _check_precision(precision)
+    m, n, k, count = (np.asarray(x, dtype=np.float64) for x in (m, n, k, count))
+    compute_s = _gemm_compute_s(m, n, k, count, gpu, precision)
+    memory_s = gemm_bytes(m, n, k, precision, count) / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    return _out(np.maximum(compute_s, memory_s) + gpu.kernel_overhead_s)
+
+
+def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, precision: str) -> np.ndarray:
+    """Time in s of one fused (FlashAttention-style) attention kernel: ``flops`` and ``size_bytes`` of HBM.
+
+    ``max(flops / (peak_bf16 * attention_efficiency), size_bytes / (hbm * hbm_efficiency)) + overhead``.
+    The matrix products run at the BF16 rate whatever ``precision`` (serving kernels dequantize an FP8
+    KV cache to BF16); ``precision`` is checked and the caller accounts for it in ``size_bytes``.
+    """
+    _check_precision(precision)
+    flops, size_bytes = np.asarray(flops, dtype=np.float64), np.asarray(size_bytes, dtype=np.float64)
+    compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
+    memory_s = size_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    return _out(np.maximum(compute_s, memory_s) + gpu.kernel_overhead_s)
+
+
+def memory_time_s(size_bytes: ArrayLike, gpu: GpuSpec) -> np.ndarray:
+    """Time in s of a memory-bound (element-wise, norm, copy) kernel moving ``size_bytes`` through HBM."""
+    size_bytes = np.asarray(size_bytes, dtype=np.float64)
+    return _out(size_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency) + gpu.kernel_overhead_s)

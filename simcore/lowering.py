@@ -1,0 +1,358 @@
+"""Lowering: a strategy becomes the tasks one GPU runs for one microbatch, with their costs.
+
+This is the one place where operators, layouts and collectives meet the cost formulas
+(:mod:`simcore.kernels` for compute, :mod:`simcore.collectives` for communication). Everything is
+vectorized over strategies: each :class:`Task` holds one value per strategy, so the proxy can
+price 10^5 strategies in one call and the scalar path is the same code with one strategy. The
+simulator executes the same task lists, so the proxy equals the simulator with contention and
+overlap switched off.
+
+The tasks of one microbatch come in blocks (see :func:`lower`): ``dense_layer`` and ``moe_layer``
+(one decoder layer of each kind), ``first`` (embedding, on the first stage), ``last`` (final
+conversion, LM head and sampling, on the last stage) and ``p2p`` (the activation sent to the next
+pipeline stage).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import layout as L
+from .cluster import Cluster, group_ranks_per_domain
+from .collectives import collective_time_s
+from .kernels import attention_time_s, gemm_time_s, memory_time_s
+from .models import ModelSpec
+from .opgraph import REPLICATED, SEARCHABLE_OPS, input_layout, model_ops, output_layout
+from .strategy import Strategy
+from .workload import Workload
+
+__all__ = ["StrategyArrays", "Task", "CostContext", "lower", "attention_dims"]
+
+
+@dataclass
+class StrategyArrays:
+    """Strategies as parallel int arrays: degrees plus one choice-code array per operator."""
+
+    tp: np.ndarray
+    ep: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    batch: np.ndarray
+    microbatches: np.ndarray
+    choice: dict[str, np.ndarray]
+
+    @classmethod
+    def from_strategies(cls, strategies: list[Strategy]) -> StrategyArrays:
+        keys = np.array([s.key() for s in strategies], dtype=np.int64).reshape(len(strategies), -1)
+        return cls.from_keys(keys)
+
+    @classmethod
+    def from_keys(cls, keys: np.ndarray) -> StrategyArrays:
+        """From rows of :meth:`Strategy.key` (6 degrees then one code per operator)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        cols = [keys[:, i] for i in range(6)]
+        choice = {op: keys[:, 6 + i] for i, op in enumerate(SEARCHABLE_OPS)}
+        return cls(*cols, choice=choice)
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+
+@dataclass
+class Task:
+    """One kernel or one collective of one microbatch, priced for every strategy.
+
+    ``group`` is ``""`` for compute, else the communicator: ``tp`` (stride 1), ``ep`` (stride tp),
+    ``pp`` (a send/recv to the next stage). ``count`` repeats the task (e.g. two norms per layer).
+    """
+
+    name: str
+    op: str
+    kind: str
+    time_s: np.ndarray
+    group: str = ""
+    size_bytes: np.ndarray | float = 0.0
+    flops: np.ndarray | float = 0.0
+    count: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def is_comm(self) -> bool:
+        return self.group != ""
+
+
+@dataclass(frozen=True)
+class CostContext:
+    """Everything a cost depends on besides the strategy."""
+
+    model: ModelSpec
+    workload: Workload
+    cluster: Cluster
+    collective_constants: object | None = None  # NcclConstants override; None = calibrated defaults
+
+
+def attention_dims(model: ModelSpec, phase: str) -> tuple[int, int]:
+    """Per-head (score, value) widths of the attention core. MLA decodes with absorbed weights over
+    its compressed latent (DeepSeek-V3 inference); prefill uses the full per-head dims."""
+    if model.is_mla:
+        if phase == "decode":
+            return model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank
+        return model.qk_nope_head_dim + model.qk_rope_head_dim, model.v_head_dim
+    return model.head_dim, model.head_dim
+
+
+@functools.lru_cache(maxsize=65536)
+def _scalar_collective_s(name: str, size_bytes: float, n_ranks: int, ranks_per_domain: int, fabric,
+                         constants) -> float:
+    """One collective's time, memoized: a search prices the same few thousand (collective, size,
+    group) combinations over and over, and the vectorized model costs ~0.1 ms per scalar call."""
+    kwargs = {} if constants is None else {"constants": constants}
+    return float(collective_time_s(name, size_bytes, n_ranks, ranks_per_domain, fabric, **kwargs))
+
+
+class _Lowerer:
+    """Builds the task blocks for one phase; holds the per-strategy arrays it shares between ops."""
+
+    def __init__(self, ctx: CostContext, s: StrategyArrays, phase: str, context_len):
+        self.ctx, self.s, self.phase = ctx, s, phase
+        self.m, self.w, self.gpu = ctx.model, ctx.workload, ctx.cluster.gpu
+        self.ops = model_ops(ctx.model)
+        self.t = s.tp.astype(float)
+        self.context = np.asarray(context_len, dtype=float)
+        seqs = s.batch / (s.ep * s.microbatches)  # sequences per attention group per microbatch
+        self.seqs = seqs
+        self.tokens = seqs * (ctx.workload.input_len if phase == "prefill" else 1)
+        self.act = ctx.workload.activation_bytes
+        domain = ctx.cluster.nvlink_domain_size
+        self.rpd = {"tp": group_ranks_per_domain(s.tp, 1, domain),
+                    "ep": group_ranks_per_domain(s.ep, s.tp, domain),
+                    "pp": np.where(s.pp * s.tp * s.ep <= domain, 2, 1)}
+        self.size = {"tp": s.tp, "ep": s.ep, "pp": np.full(len(s), 2)}
+
+    # ----- compute -------------------------------------------------------------------------
+    def _linear(self, name: str, tokens) -> Task:
+        op, c = self.ops[name], self.s.choice[name]
+        rep = c == REPLICATED
+        m = np.where(rep, np.ceil(tokens / self.t), tokens)
+        k = np.where(c == 0, op.in_features / self.t, op.in_features)
+        n = np.where(c == 1, op.out_features / self.t, op.out_features)
+        time = gemm_time_s(m, n, k, self.gpu, self.w.precision)
+        return Task(name, name, "gemm", time, flops=2.0 * m * n * k)
+
+    def _experts(self, name: str, tokens) -> Task:
+        """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped."""
+        op, c = self.ops[name], self.s.choice[name]
+        e_total = self.m.num_experts
+        routed = tokens * self.s.ep * self.m.top_k  # token copies routed from the whole stage
+        p_active = 1.0 - (1.0 - 1.0 / e_total) ** routed
+        active = (e_total / self.s.ep) * p_active
+        per_expert = routed / e_total / np.maximum(p_active, 1e-30)
+        rep = c == REPLICATED
+        m = np.where(rep, np.ceil(per_expert / self.t), per_expert)
+        k = np.where(c == 0, op.in_features / self.t, op.in_features)
+        n = np.where(c == 1, op.out_features / self.t, op.out_features)
+        time = gemm_time_s(m, n, k, self.gpu, self.w.precision, count=active)
+        return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
+
+    def _attention(self) -> Task:
+        c = self.s.choice["attention"]
+        heads = self.m.num_heads
+        d_qk, d_v = attention_dims(self.m, self.phase)
+        kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_layers * self.w.kv_bytes
+        kv_heads_shard = 1.0 if self.m.is_mla else np.minimum(self.t, self.m.num_kv_heads)
+        if self.phase == "decode":
+            flops_seq = 2.0 * self.context * heads * (d_qk + d_v)
+            bytes_seq = self.context * kv_layer + heads * (d_qk + d_v) * self.act
+        else:
+            s_len = float(self.w.input_len)
+            flops_seq = 2.0 * (s_len * s_len / 2.0) * heads * (d_qk + d_v)
+            bytes_seq = s_len * (kv_layer + 2.0 * heads * (d_qk + d_v) * self.act)
+        seqs_local = np.where(c == 0, np.ceil(self.seqs / self.t), self.seqs)
+        flops = flops_seq * seqs_local / np.where(c == 1, self.t, 1.0)
+        kv_div = np.where(c == 1, kv_heads_shard, 1.0)
+        nbytes = bytes_seq * seqs_local / kv_div
+        time = attention_time_s(flops, nbytes, self.gpu, self.w.precision)
+        return Task("attention", "attention", "attention", time, flops=flops)
+
+    def _norms(self, lay) -> Task:
+        """Two RMSNorms and two residual adds per layer: memory-bound element-wise kernels."""
+        local = np.where((lay == L.S_TOK) | (lay == L.S_FEAT), self.tokens / self.t, self.tokens)
+        nbytes = local * self.m.hidden_size * self.act * 3.0
+        return Task("norms", "norms", "memory", memory_time_s(nbytes, self.gpu), count=2)
+
+    # ----- communication -------------------------------------------------------------------
+    def _coll(self, name: str, op: str, group: str, coll, size) -> Task:
+        """A collective of code array ``coll`` (rows with NONE cost nothing) on ``group``."""
+        time = np.zeros(len(self.s))
+        if not coll.any():
+            return Task(name, op, "comm", time, group=group, size_bytes=time, extra={"collective": coll})
+        # set() of a short array is far cheaper than np.unique; scalar calls have one row
+        codes = set(coll.tolist()) if len(coll) <= 64 else np.unique(coll).tolist()
+        for code in codes:
+            if code == L.NONE:
+                continue
+            rows = coll == code
+            if len(coll) == 1:  # scalar path: one memoized call (see _scalar_collective_s)
+                time[0] = _scalar_collective_s(L.COLLECTIVE_NAMES[code], float(size[0]), int(self.size[group][0]),
+                                               int(self.rpd[group][0]), self.ctx.cluster.fabric,
+                                               self.ctx.collective_constants)
+                continue
+            t = collective_time_s(L.COLLECTIVE_NAMES[code], size[rows], self.size[group][rows],
+                                  self.rpd[group][rows], self.ctx.cluster.fabric,
+                                  **self._constants())
+            time[rows] = t
+        return Task(name, op, "comm", time, group=group, size_bytes=np.where(coll == L.NONE, 0.0, size),
+                    extra={"collective": coll})
+
+    def _constants(self) -> dict:
+        c = self.ctx.collective_constants
+        return {} if c is None else {"constants": c}
+
+    def _convert(self, name: str, op: str, src, dst, features: float, tokens=None) -> Task:
+        tokens = self.tokens if tokens is None else tokens
+        full = tokens * features * self.act
+        if len(self.s) == 1:  # scalar path: the table lookup in plain Python is 5x cheaper
+            code, nbytes = L.transition(int(src[0]), int(dst[0]), float(full[0]), int(self.s.tp[0]))
+            coll, size = np.array([code]), np.array([nbytes])
+        else:
+            coll, size = L.transition_arrays(src, dst, full, self.s.tp)
+        return self._coll(name, op, "tp", coll, size)
+
+    def _hold(self, lay):
+        """Fraction of a TP-group tensor one rank holds in a layout (1 for R and P)."""
+        return np.where((lay == L.S_TOK) | (lay == L.S_FEAT), 1.0 / self.t, 1.0)
+
+    def _layout(self, op: str, side: str):
+        f = input_layout if side == "in" else output_layout
+        return f(op, self.s.choice[op])
+
+    # ----- blocks --------------------------------------------------------------------------
+    def attention_block(self, res_in) -> tuple[list[Task], str]:
+        """qkv -> attention -> out_proj; returns tasks and the operator whose input comes next."""
+        h, ops = self.m.hidden_size, self.ops
+        tasks = [self._norms(res_in), self._linear("qkv", self.tokens)]
+        tasks.append(self._convert("qkv->attention", "attention", self._layout("qkv", "out"),
+                                   self._layout("attention", "in"), ops["qkv"].out_features))
+        tasks.append(self._attention())
+        tasks.append(self._convert("attention->out_proj", "out_proj", self._layout("attention", "out"),
+                                   self._layout("out_proj", "in"), ops["attention"].out_features))
+        tasks.append(self._linear("out_proj", self.tokens))
+        nxt = "router" if "router" in ops and self._moe else "dense_ffn1"
+        tasks.append(self._convert(f"out_proj->{nxt}", "out_proj", self._layout("out_proj", "out"),
+                                   self._layout(nxt, "in"), h))
+        tasks.append(self._convert("residual->mlp", "out_proj", res_in, self._layout(nxt, "in"), h))
+        return tasks, nxt
+
+    def dense_mlp(self, res_in) -> list[Task]:
+        h, f = self.m.hidden_size, self.m.ffn_size
+        nxt = self._layout("qkv", "in")
+        return [
+            self._linear("dense_ffn1", self.tokens),
+            self._convert("dense_ffn1->dense_ffn2", "dense_ffn2", self._layout("dense_ffn1", "out"),
+                          self._layout("dense_ffn2", "in"), f),
+            self._linear("dense_ffn2", self.tokens),
+            self._convert("dense_ffn2->next", "dense_ffn2", self._layout("dense_ffn2", "out"), nxt, h),
+            self._convert("residual->next", "dense_ffn2", res_in, nxt, h),
+        ]
+
+    def moe_mlp(self, res_in) -> list[Task]:
+        """Router, shared experts, dispatch, routed experts, combine; outputs summed in one layout."""
+        h, k = self.m.hidden_size, self.m.top_k
+        nxt = self._layout("qkv", "in")
+        tasks = [self._linear("router", self.tokens)]
+        e1_in, e2_out = self._layout("expert_ffn1", "in"), self._layout("expert_ffn2", "out")
+        if "shared_ffn1" in self.ops:
+            f_s = self.m.expert_ffn_size * self.m.num_shared_experts
+            tasks += [
+                self._convert("mlp->shared_ffn1", "shared_ffn1", res_in, self._layout("shared_ffn1", "in"), h),
+                self._linear("shared_ffn1", self.tokens),
+                self._convert("shared_ffn1->shared_ffn2", "shared_ffn2", self._layout("shared_ffn1", "out"),
+                              self._layout("shared_ffn2", "in"), f_s),
+                self._linear("shared_ffn2", self.tokens),
+            ]
+            shared_out = self._layout("shared_ffn2", "out")
+            # Shared and routed outputs in the same layout are summed locally, then converted once.
+            separate = shared_out != e2_out
+            t = self._convert("shared_ffn2->next", "shared_ffn2", shared_out, nxt, h)
+            t.time_s = np.where(separate, t.time_s, 0.0)
+            t.size_bytes = np.where(separate, t.size_bytes, 0.0)
+            tasks.append(t)
+        routed = self.tokens * k  # token copies each attention group sends and receives
+        tasks.append(self._convert("mlp->expert_ffn1", "expert_ffn1", res_in, e1_in, h))
+        tasks.append(self._a2a("dispatch", "expert_ffn1", routed * h * self.act * self._hold(e1_in)))
+        tasks.append(self._experts("expert_ffn1", self.tokens))
+        tasks.append(self._convert("expert_ffn1->expert_ffn2", "expert_ffn2", self._layout("expert_ffn1", "out"),
+                                   self._layout("expert_ffn2", "in"), self.m.expert_ffn_size, tokens=routed))
+        tasks.append(self._experts("expert_ffn2", self.tokens))
+        tasks.append(self._a2a("combine", "expert_ffn2", routed * h * self.act * self._hold(e2_out)))
+        tasks.append(self._convert("expert_ffn2->next", "expert_ffn2", e2_out, nxt, h))
+        tasks.append(self._convert("residual->next", "expert_ffn2", res_in, nxt, h))
+        return tasks
+
+    def _a2a(self, name: str, op: str, size) -> Task:
+        coll = np.where(self.s.ep > 1, L.ALL_TO_ALL, L.NONE)
+        return self._coll(name, op, "ep", coll, size)
+
+    def layer(self, moe: bool) -> list[Task]:
+        self._moe = moe
+        res_in = self._layout("qkv", "in")
+        tasks, nxt = self.attention_block(res_in)
+        mlp_in = self._layout(nxt, "in")
+        return tasks + (self.moe_mlp(mlp_in) if moe else self.dense_mlp(mlp_in))
+
+    def first(self) -> list[Task]:
+        """Embedding lookup (memory bound) and its conversion to the first layer's input."""
+        c = self.s.choice["embedding"]
+        h = self.m.hidden_size
+        rows = np.where(c == 0, self.tokens / self.t, np.where(c == REPLICATED, self.tokens / self.t, self.tokens))
+        width = np.where(c == 1, h / self.t, h)
+        out_rows = np.where(c == 0, self.tokens, rows)
+        nbytes = rows * width * self.w.weight_bytes + out_rows * width * self.act
+        emb = Task("embedding", "embedding", "memory", memory_time_s(nbytes, self.gpu))
+        conv = self._convert("embedding->qkv", "embedding", self._layout("embedding", "out"),
+                             self._layout("qkv", "in"), h)
+        return [emb, conv]
+
+    def last(self) -> list[Task]:
+        """Final norm, LM head, and gathering what sampling needs (top value and id per rank)."""
+        h, vocab = self.m.hidden_size, self.m.vocab_size
+        seq_tokens = self.seqs  # only the last position of each sequence is sampled
+        conv = self._convert("final->lm_head", "lm_head", self._layout("qkv", "in"),
+                             self._layout("lm_head", "in"), h)
+        head = self._linear("lm_head", seq_tokens)
+        out = self._layout("lm_head", "out")
+        # vocab-sharded logits: all-gather (value, id) = 8 bytes per token and rank; partial logits:
+        # all-reduce of the logits; token-sharded: all-gather of the sampled ids (4 bytes).
+        coll = np.select([out == L.S_FEAT, out == L.P, out == L.S_TOK],
+                         [L.ALL_GATHER, L.ALL_REDUCE, L.ALL_GATHER], L.NONE)
+        coll = np.where(self.s.tp > 1, coll, L.NONE)
+        size = np.select([out == L.S_FEAT, out == L.P], [seq_tokens * 8.0 * self.t, seq_tokens * vocab * self.act],
+                         seq_tokens * 4.0)
+        sample = self._coll("sample", "lm_head", "tp", coll, size)
+        return [conv, head, sample]
+
+    def p2p(self) -> list[Task]:
+        """Activation sent to the next pipeline stage (each TP rank sends what it holds)."""
+        size = self.tokens * self.m.hidden_size * self.act * self._hold(self._layout("qkv", "in"))
+        coll = np.where(self.s.pp > 1, L.SEND_RECV, L.NONE)
+        return [self._coll("send_recv", "pipeline", "pp", coll, size)]
+
+
+def lower(ctx: CostContext, s: StrategyArrays, phase: str, context_len=None) -> dict[str, list[Task]]:
+    """Task blocks of one microbatch for ``phase`` (``prefill`` | ``decode``) at ``context_len``.
+
+    ``context_len`` (decode only; scalar or one per strategy) defaults to the workload's input length.
+    """
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"lower: phase must be prefill or decode, got {phase!r}")
+    context = ctx.workload.input_len if context_len is None else context_len
+    low = _Lowerer(ctx, s, phase, context)
+    blocks = {"first": low.first(), "last": low.last(), "p2p": low.p2p()}
+    if ctx.model.num_dense_layers > 0:
+        blocks["dense_layer"] = low.layer(moe=False)
+    if ctx.model.num_moe_layers > 0:
+        blocks["moe_layer"] = low.layer(moe=True)
+    return blocks

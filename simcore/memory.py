@@ -1,0 +1,125 @@
+"""Per-GPU memory (weights, KV cache, activations) and strategy validity with machine-readable reasons.
+
+Validity is a bitmask per strategy so 10^5 strategies are checked at once; :func:`reason_names`
+turns one mask into names such as ``"hbm_capacity"``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .lowering import CostContext, StrategyArrays
+from .opgraph import DIM0, DIM1, REPLICATED, model_ops
+
+__all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "structural_reasons"]
+
+REASONS = (
+    "device_count",      # tp * ep * pp * dp differs from the cluster's GPU count
+    "heads_divisibility",  # heads (or KV heads) not divisible by tp under head sharding
+    "feature_divisibility",  # a sharded weight dimension not divisible by tp
+    "experts_divisibility",  # routed experts not divisible by ep (or ep > 1 on a dense model)
+    "layers",            # more pipeline stages than layers
+    "batch_divisibility",  # batch not divisible by ep * microbatches
+    "hbm_capacity",      # weights + KV cache + activations exceed usable HBM
+    "ttft_slo",          # time to first token above the SLO
+    "tpot_slo",          # time per output token above the SLO
+)
+_BIT = {name: 1 << i for i, name in enumerate(REASONS)}
+
+
+def reason_names(mask: int) -> list[str]:
+    """Names of the reasons set in one strategy's mask."""
+    return [name for name, bit in _BIT.items() if int(mask) & bit]
+
+
+def bit(name: str) -> int:
+    return _BIT[name]
+
+
+def stage_layers(model, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense and MoE layer counts of each stage, shape ``[n, max(pp)]``, plus the stage mask.
+
+    Layers are split contiguously; the first ``L mod pp`` stages get one extra layer. Dense-first
+    layers of an MoE model sit at the front.
+    """
+    pp = np.asarray(pp)
+    n_layers = model.num_layers
+    stages = np.arange(int(pp.max()))[None, :]
+    p = pp[:, None]
+    base, extra = n_layers // p, n_layers % p
+    count = base + (stages < extra)
+    start = stages * base + np.minimum(stages, extra)
+    n_dense = model.num_dense_layers if model.is_moe else n_layers
+    dense = np.clip(np.minimum(start + count, n_dense) - start, 0, None)
+    in_stage = stages < p
+    return np.where(in_stage, dense, 0), np.where(in_stage, count - dense, 0), in_stage
+
+
+def _shard(choice: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return np.where(choice == REPLICATED, 1.0, t)
+
+
+def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
+    """Peak HBM bytes of the fullest GPU (max over pipeline stages), per strategy."""
+    m, w = ctx.model, ctx.workload
+    ops = model_ops(m)
+    t = s.tp.astype(float)
+    wb = w.weight_bytes
+
+    def weights(name: str) -> np.ndarray:
+        return ops[name].weight_params * wb / _shard(s.choice[name], t) if name in ops else np.zeros(len(s))
+
+    attn = weights("qkv") + weights("out_proj")
+    dense = weights("dense_ffn1") + weights("dense_ffn2")
+    moe = (weights("router") + weights("shared_ffn1") + weights("shared_ffn2")
+           + (weights("expert_ffn1") + weights("expert_ffn2")) / s.ep)
+    seqs_group = s.batch / s.ep
+    kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * w.max_context
+    c_attn = s.choice["attention"]
+    kv_heads_shard = 1.0 if m.is_mla else np.minimum(t, m.num_kv_heads)
+    seqs_local = np.where(c_attn == DIM0, np.ceil(seqs_group / t), seqs_group)
+    kv = kv_layer * seqs_local / np.where(c_attn == DIM1, kv_heads_shard, 1.0)
+
+    n_dense, n_moe, in_stage = stage_layers(m, s.pp)
+    per_stage = n_dense * (attn + dense + kv)[:, None] + n_moe * (attn + moe + kv)[:, None]
+    stages = np.arange(per_stage.shape[1])[None, :]
+    tied_single = m.tied_embeddings & (s.pp == 1)
+    emb = weights("embedding")
+    head = np.where(tied_single, 0.0, weights("lm_head"))
+    per_stage = per_stage + np.where(stages == 0, emb[:, None], 0.0)
+    per_stage = per_stage + np.where(stages == (s.pp - 1)[:, None], head[:, None], 0.0)
+    per_stage = np.where(in_stage, per_stage, 0.0)
+
+    tokens = s.batch / (s.ep * s.microbatches) * (w.input_len if w.phase != "decode" else 1)
+    widest = max(op.out_features for name, op in ops.items() if name not in ("embedding", "lm_head"))
+    widest = max(widest, m.top_k * (2 if m.gated_mlp else 1) * max(m.expert_ffn_size, 1))
+    logits = s.batch / s.ep * m.vocab_size * 4.0  # fp32 logits of the last position
+    activations = tokens * w.activation_bytes * (4.0 * m.hidden_size + widest) + logits
+    return per_stage.max(axis=1) + activations
+
+
+def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
+    """Bitmask of everything that makes a strategy unrunnable regardless of its cost."""
+    m = ctx.model
+    ops = model_ops(m)
+    t = s.tp
+    mask = np.zeros(len(s), dtype=np.int64)
+    mask |= np.where(s.tp * s.ep * s.pp * s.dp != ctx.cluster.num_gpus, bit("device_count"), 0)
+    heads_split = (s.choice["qkv"] == DIM1) | (s.choice["attention"] == DIM1)
+    kv_ok = np.where(t <= m.num_kv_heads, m.num_kv_heads % t == 0, t % m.num_kv_heads == 0)
+    heads_bad = heads_split & ((m.num_heads % t != 0) | ~kv_ok)
+    mask |= np.where(heads_bad, bit("heads_divisibility"), 0)
+    feat_bad = np.zeros(len(s), dtype=bool)
+    for name, op in ops.items():
+        # attention and qkv split by heads (checked above); vocabularies are padded to the group
+        if name in ("attention", "qkv", "embedding", "lm_head"):
+            continue
+        c = s.choice[name]
+        feat_bad |= (c == DIM0) & (op.in_features % t != 0)
+        feat_bad |= (c == DIM1) & (op.out_features % t != 0)
+    mask |= np.where(feat_bad, bit("feature_divisibility"), 0)
+    experts_bad = (s.ep > 1) if not m.is_moe else (m.num_experts % s.ep != 0)
+    mask |= np.where(experts_bad, bit("experts_divisibility"), 0)
+    mask |= np.where(s.pp > m.num_layers, bit("layers"), 0)
+    mask |= np.where(s.batch % (s.ep * s.microbatches) != 0, bit("batch_divisibility"), 0)
+    return mask

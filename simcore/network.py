@@ -1,0 +1,430 @@
+"""Flow-level network on SimPy: shortest-path ECMP routing and max-min fair link sharing.
+
+A flow first waits its path latency (sum of the links' ``latency_s``), then drains its bytes
+at its max-min fair rate (:func:`simcore.maxmin.max_min_rates`, also capped by the flow's
+own ``rate_cap_bytes_per_s``). Rates change only when the set of draining flows changes, so
+the network re-solves rates on each arrival/departure and keeps one SimPy timeout for the
+earliest completion; a version counter makes superseded timeouts no-ops.
+
+Performance design (see ``python -m validation.bench_network``):
+
+- Flows live in *batches*: the flows of one :meth:`FlowNetwork.transfer_group` that share a
+  path latency start together with the same size, so they are stored as numpy arrays
+  (remaining bytes per flow, (flow, link) entries) rather than Python objects. This is
+  exact: every flow keeps its own rate and remaining bytes, and flows whose rates are
+  equal by symmetry (a ring step, an all-to-all class) finish in the same event. A
+  single :meth:`~FlowNetwork.transfer` is a batch of one; the test suite checks that
+  a group and the same flows sent one by one give identical results.
+- Arrivals due at the same instant share one SimPy timeout, and the rate solve runs once
+  per instant after every other event of that instant (:class:`_LateEvent`), however many
+  flows arrived or finished then.
+- Routes, ECMP choices and group plans are cached per (src, dst, flow_key) and per pair list.
+
+Routing: shortest path in hops that never transits a GPU; among equal-cost next hops a
+CRC32 hash of (seed, src, dst, flow_key, hop) picks one at every hop, like switch ECMP.
+
+SimPy cannot cancel a scheduled timeout, so a superseded completion timer still fires (as
+a no-op) and ``env.run()`` without ``until`` may end after the last flow finished: read
+completion times from the returned events (their value is the completion time, seconds).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import zlib
+from collections.abc import Hashable, Sequence
+from functools import partial
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from simcore.maxmin import max_min_rates
+
+__all__ = ["FlowNetwork"]
+
+_LATE_PRIORITY = 2  # after simpy's URGENT (0) and NORMAL (1) events of the same instant
+_DONE_RTOL = 1e-9  # a flow within this fraction of its size of the end counts as finished
+
+
+class _LateEvent(simpy.Event):
+    """An already-triggered event processed after all normal events of the current instant.
+
+    Built like :class:`simpy.Timeout` (which also sets ``_ok``/``_value`` itself) but with a
+    lower priority, so one rate solve covers every arrival and completion of that instant.
+    """
+
+    def __init__(self, env: simpy.Environment):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, _LATE_PRIORITY)
+
+
+class _Transfer:
+    """The user-visible event of one transfer call and how many of its batches are unfinished."""
+
+    __slots__ = ("done", "pending")
+
+    def __init__(self, done: simpy.Event, pending: int):
+        self.done, self.pending = done, pending
+
+
+class _Batch:
+    """Flows that start draining together with one size and rate cap, as arrays.
+
+    ``links[e]`` is crossed by member ``member[e]``; ``rem`` holds remaining bytes per member.
+    """
+
+    __slots__ = ("links", "member", "rem", "size", "cap", "k", "owner", "tag")
+
+    def __init__(self, links: np.ndarray, member: np.ndarray, k: int, size: float, cap: float,
+                 owner: _Transfer, tag: Hashable | None):
+        self.links, self.member, self.k = links, member, k
+        self.rem = np.full(k, float(size))
+        self.size, self.cap, self.owner, self.tag = float(size), float(cap), owner, tag
+
+    def drop(self, finished: np.ndarray) -> bool:
+        """Remove finished members; True when none is left."""
+        keep = ~finished
+        k = int(keep.sum())
+        if k:
+            renumber = np.cumsum(keep) - 1
+            kept_entries = keep[self.member]
+            self.links, self.member = self.links[kept_entries], renumber[self.member[kept_entries]]
+            self.rem = self.rem[keep]
+        self.k = k
+        return k == 0
+
+
+class FlowNetwork:
+    """Flow-level model of a cluster graph inside a SimPy environment.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+        The simulation clock (seconds).
+    graph : networkx.DiGraph
+        Every edge carries ``bandwidth_bytes_per_s`` (> 0) and ``latency_s`` (>= 0); nodes of
+        ``kind == "gpu"`` are endpoints only (see :mod:`topologies.graph`).
+    seed : int
+        Seeds the ECMP hash; the same seed gives the same routes and results.
+    record : bool
+        Keep a utilization timeline per link and a flow start/end log (``flow_log``).
+
+    Attributes
+    ----------
+    events_processed : int
+        Rate solves plus completion timeouts handled.
+    flow_log : list of tuple
+        With ``record``: ``(time_s, "start" | "end", tag, num_flows)`` per batch.
+    """
+
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, seed: int = 0, record: bool = False):
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"FlowNetwork seed must be an int, got {seed!r}")
+        self.env, self.graph, self.seed, self.record = env, graph, seed, bool(record)
+        self._links: list[tuple[str, str]] = []
+        capacity, self._latency = [], []
+        for u, v, data in graph.edges(data=True):
+            bw, lat = data.get("bandwidth_bytes_per_s"), data.get("latency_s")
+            if not (isinstance(bw, numbers.Real) and 0 < bw < math.inf):
+                raise ValueError(f"FlowNetwork: link ({u!r}, {v!r}) bandwidth_bytes_per_s must be positive, got {bw!r}")
+            if not (isinstance(lat, numbers.Real) and 0 <= lat < math.inf):
+                raise ValueError(f"FlowNetwork: link ({u!r}, {v!r}) latency_s must be non-negative, got {lat!r}")
+            self._links.append((u, v))
+            capacity.append(float(bw))
+            self._latency.append(float(lat))
+        self._link_id = {link: i for i, link in enumerate(self._links)}
+        self._capacity = np.array(capacity, dtype=float)
+        self._succ = {u: sorted(graph.successors(u), key=str) for u in graph}
+        self._transit = {n: kind != "gpu" for n, kind in graph.nodes(data="kind")}
+        self._dags: dict[tuple[str, str], dict[str, list[str]]] = {}
+        self._routes: dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray, float]] = {}
+        self._plans: dict[tuple, list[tuple[float, np.ndarray, np.ndarray, int]]] = {}
+        num_links = len(self._links)
+        self._batches: list[_Batch] = []  # the batches of the current rate solution
+        self._arrived: list[_Batch] = []  # started draining since the last solve
+        self._arrivals: dict[float, list[_Batch]] = {}  # waiting out their latency, by start time
+        self._rem = self._rate = self._finish = self._tol = np.empty(0)
+        self._bounds = np.zeros(1, dtype=np.intp)
+        self._load, self._link_bytes = np.zeros(num_links), np.zeros(num_links)
+        self._util = np.zeros(num_links)
+        self._timeline: dict[int, list[tuple[float, float]]] = {}
+        self._t_last = env.now
+        self._stale = False  # flat arrays out of date (between a completion and the solve)
+        self._solve_pending = False
+        self._timer_version, self._timer_at = 0, None
+        self.events_processed = 0
+        self.flow_log: list[tuple[float, str, Hashable | None, int]] = []
+
+    # ----------------------------------------------------------------- routing
+    def path(self, src: str, dst: str, flow_key: int = 0) -> list[tuple[str, str]]:
+        """Directed links of the route from ``src`` to ``dst`` (empty when equal)."""
+        if src == dst:
+            self._check_node(src)
+            return []
+        return [self._links[i] for i in self._route(src, dst, flow_key)[0].tolist()]
+
+    def path_latency(self, src: str, dst: str, flow_key: int = 0) -> float:
+        """Sum of ``latency_s`` along the route, seconds."""
+        return 0.0 if src == dst else self._route(src, dst, flow_key)[2]
+
+    def _check_node(self, node: str) -> None:
+        if node not in self._succ:
+            raise ValueError(f"FlowNetwork: unknown node {node!r}")
+
+    def _route(self, src: str, dst: str, flow_key: int) -> tuple[np.ndarray, np.ndarray, float]:
+        key = (src, dst, flow_key)
+        route = self._routes.get(key)
+        if route is None:
+            children = self._dag(src, dst)
+            links, latency, u = [], 0.0, src
+            while u != dst:
+                options = children[u]
+                if len(options) > 1:
+                    digest = zlib.crc32(f"{self.seed}|{src}|{dst}|{flow_key}|{u}".encode())
+                    v = options[digest % len(options)]
+                else:
+                    v = options[0]
+                link = self._link_id[(u, v)]
+                links.append(link)
+                latency += self._latency[link]
+                u = v
+            route = self._routes[key] = (np.array(links, dtype=np.intp), np.zeros(len(links), np.intp), latency)
+        return route
+
+    def _dag(self, src: str, dst: str) -> dict[str, list[str]]:
+        """Next hops on shortest (in hops) paths, breadth first, never expanding a GPU but ``src``."""
+        dag = self._dags.get((src, dst))
+        if dag is not None:
+            return dag
+        self._check_node(src)
+        self._check_node(dst)
+        dist, preds, frontier, depth = {src: 0}, {}, [src], 0
+        while frontier and dst not in dist:
+            depth += 1
+            nxt = []
+            for u in frontier:
+                if u != src and not self._transit[u]:
+                    continue
+                for v in self._succ[u]:
+                    seen = dist.get(v)
+                    if seen is None:
+                        dist[v], preds[v] = depth, [u]
+                        nxt.append(v)
+                    elif seen == depth:
+                        preds[v].append(u)
+            frontier = nxt
+        if dst not in dist:
+            raise ValueError(f"FlowNetwork: no route from {src!r} to {dst!r} (traffic never transits a GPU)")
+        dag, stack, seen_back = {}, [dst], {dst}
+        while stack:
+            v = stack.pop()
+            for u in preds.get(v, ()):
+                dag.setdefault(u, []).append(v)
+                if u not in seen_back:
+                    seen_back.add(u)
+                    stack.append(u)
+        for options in dag.values():
+            options.sort(key=str)
+        self._dags[(src, dst)] = dag
+        return dag
+
+    # --------------------------------------------------------------- transfers
+    def transfer(self, src: str, dst: str, size_bytes: float, rate_cap_bytes_per_s: float = math.inf,
+                 flow_key: int = 0, tag: Hashable | None = None) -> simpy.Event:
+        """One flow of ``size_bytes`` from ``src`` to ``dst``.
+
+        Returns an event that fires (value: completion time, s) when the last byte arrives:
+        path latency + draining at the max-min fair rate, capped by ``rate_cap_bytes_per_s``.
+        ``src == dst`` or ``size_bytes == 0`` completes after 0 s.
+        """
+        _check_transfer(size_bytes, rate_cap_bytes_per_s)
+        done = self.env.event()
+        if src == dst or size_bytes == 0:
+            self._check_node(src)
+            self._check_node(dst)
+            return done.succeed(self.env.now)
+        links, member, latency = self._route(src, dst, flow_key)
+        owner = _Transfer(done, 1)
+        self._launch(_Batch(links, member, 1, size_bytes, rate_cap_bytes_per_s, owner, tag), latency)
+        return done
+
+    def transfer_group(self, pairs: Sequence[tuple[str, str]], size_bytes: float,
+                       rate_cap_bytes_per_s: float = math.inf, tag: Hashable | None = None,
+                       flow_key: int = 0) -> simpy.Event:
+        """Flows of ``size_bytes`` for every ``(src, dst)`` pair, started together.
+
+        The event fires (value: completion time, s) when every flow has finished. Results
+        equal one :meth:`transfer` per pair; flows sharing a path latency are simulated as
+        one array batch (module docstring).
+        """
+        _check_transfer(size_bytes, rate_cap_bytes_per_s)
+        done = self.env.event()
+        plan = self._plan(pairs, flow_key)
+        if size_bytes == 0 or not plan:
+            return done.succeed(self.env.now)
+        owner = _Transfer(done, len(plan))
+        for latency, links, member, k in plan:
+            self._launch(_Batch(links, member, k, size_bytes, rate_cap_bytes_per_s, owner, tag), latency)
+        return done
+
+    def _plan(self, pairs: Sequence[tuple[str, str]], flow_key: int) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
+        """Routes of a pair list bucketed by path latency, as batch arrays (cached)."""
+        key = (tuple(map(tuple, pairs)), flow_key)
+        plan = self._plans.get(key)
+        if plan is None:
+            buckets: dict[float, list[np.ndarray]] = {}
+            for src, dst in key[0]:
+                if src == dst:
+                    self._check_node(src)
+                    continue
+                links, _, latency = self._route(src, dst, flow_key)
+                buckets.setdefault(latency, []).append(links)
+            plan = []
+            for latency, routes in buckets.items():
+                member = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
+                plan.append((latency, np.concatenate(routes), member, len(routes)))
+            self._plans[key] = plan
+        return plan
+
+    def _launch(self, batch: _Batch, latency: float) -> None:
+        if latency <= 0:
+            self._activate([batch])
+            return
+        start = self.env.now + latency
+        waiting = self._arrivals.get(start)
+        if waiting is None:  # one timeout per distinct start instant
+            waiting = self._arrivals[start] = []
+            self.env.timeout(latency).callbacks.append(partial(self._on_arrival, start))
+        waiting.append(batch)
+
+    def _on_arrival(self, start: float, _event: simpy.Event) -> None:
+        self._activate(self._arrivals.pop(start))
+
+    def _activate(self, batches: list[_Batch]) -> None:
+        self._advance()
+        self._arrived.extend(batches)
+        if self.record:
+            self.flow_log.extend((self.env.now, "start", b.tag, b.k) for b in batches)
+        if not self._solve_pending:
+            self._solve_pending = True
+            _LateEvent(self.env).callbacks.append(self._solve)
+
+    # ------------------------------------------------------------ rate engine
+    def _advance(self) -> None:
+        """Drain every flow at its current rate up to now."""
+        dt = self.env.now - self._t_last
+        if dt > 0:
+            if self._stale:
+                raise RuntimeError("FlowNetwork: time advanced between a completion and its rate solve")
+            self._rem -= self._rate * dt  # in place: the batches hold views of this array
+            self._link_bytes += self._load * dt
+        self._t_last = self.env.now
+
+    def _solve(self, _event: simpy.Event | None = None) -> None:
+        """Re-solve max-min rates for the current flows and arm the completion timer."""
+        self._solve_pending = False
+        self.events_processed += 1
+        self._advance()
+        batches = self._batches = self._batches + self._arrived
+        self._arrived = []
+        self._stale = False
+        if not batches:
+            self._rem = self._rate = self._finish = self._tol = np.empty(0)
+            self._bounds = np.zeros(1, dtype=np.intp)
+            self._set_load(np.zeros(len(self._links)))
+            return
+        sizes = [b.k for b in batches]
+        bounds = np.zeros(len(batches) + 1, dtype=np.intp)
+        np.cumsum(sizes, out=bounds[1:])
+        rem = np.concatenate([b.rem for b in batches])
+        for b, lo, hi in zip(batches, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            b.rem = rem[lo:hi]
+        links = np.concatenate([b.links for b in batches])
+        flows = np.concatenate([b.member for b in batches]) + np.repeat(bounds[:-1], [len(b.links) for b in batches])
+        rate = max_min_rates(flows, links, self._capacity, np.repeat([b.cap for b in batches], sizes))
+        self._set_load(np.bincount(links, weights=rate[flows], minlength=len(self._links)))
+        self._rem, self._rate, self._bounds = rem, rate, bounds
+        self._tol = np.repeat([b.size * _DONE_RTOL for b in batches], sizes)
+        self._finish = self.env.now + rem / rate
+        self._arm(float(self._finish.min()))
+
+    def _arm(self, when: float) -> None:
+        if self._timer_at is not None and self._timer_at <= when:
+            return  # the pending timer fires first and re-arms
+        self._timer_version += 1
+        self._timer_at = when
+        delay = max(when - self.env.now, 0.0)
+        self.env.timeout(delay).callbacks.append(partial(self._on_timer, self._timer_version))
+
+    def _on_timer(self, version: int, _event: simpy.Event) -> None:
+        if version != self._timer_version:
+            return  # superseded by a later solve
+        self._timer_at = None
+        self.events_processed += 1
+        self._advance()
+        now = self.env.now
+        finished = (self._finish <= now + 1e-12 * abs(now) + 1e-18) | (self._rem <= self._tol)
+        if not finished.any():
+            self._arm(float(self._finish.min()))
+            return
+        which = np.searchsorted(self._bounds, np.flatnonzero(finished), side="right") - 1
+        survivors = []
+        hit = set(np.unique(which).tolist())
+        for j, b in enumerate(self._batches):
+            if j in hit and b.drop(finished[self._bounds[j]:self._bounds[j + 1]]):
+                self._finish_batch(b)
+            else:
+                survivors.append(b)
+        self._batches = survivors
+        self._stale = True
+        self._activate([])
+
+    def _finish_batch(self, batch: _Batch) -> None:
+        if self.record:
+            self.flow_log.append((self.env.now, "end", batch.tag, 0))
+        owner = batch.owner
+        owner.pending -= 1
+        if owner.pending == 0:
+            owner.done.succeed(self.env.now)
+
+    def _set_load(self, load: np.ndarray) -> None:
+        if self.record:
+            util = load / self._capacity
+            now = self.env.now
+            for i in np.flatnonzero(util != self._util).tolist():
+                series = self._timeline.setdefault(i, [])
+                if series and series[-1][0] == now:
+                    series[-1] = (now, float(util[i]))
+                else:
+                    series.append((now, float(util[i])))
+            self._util = util
+        self._load = load
+
+    # ----------------------------------------------------------------- reports
+    @property
+    def link_bytes(self) -> dict[tuple[str, str], float]:
+        """Bytes carried so far per directed link (links that carried any)."""
+        self._advance()
+        return {self._links[i]: float(self._link_bytes[i]) for i in np.flatnonzero(self._link_bytes).tolist()}
+
+    @property
+    def active_flows(self) -> int:
+        """Flows currently draining (latency already paid)."""
+        return sum(b.k for b in self._batches) + sum(b.k for b in self._arrived)
+
+    def utilization(self) -> dict[tuple[str, str], list[tuple[float, float]]]:
+        """Per used link, the piecewise-constant ``(time_s, load / capacity)`` timeline."""
+        if not self.record:
+            raise RuntimeError("FlowNetwork.utilization needs record=True")
+        return {self._links[i]: list(series) for i, series in self._timeline.items()}
+
+
+def _check_transfer(size_bytes: float, rate_cap_bytes_per_s: float) -> None:
+    if not (isinstance(size_bytes, numbers.Real) and 0 <= size_bytes < math.inf):
+        raise ValueError(f"transfer size_bytes must be finite and non-negative, got {size_bytes!r}")
+    if not (isinstance(rate_cap_bytes_per_s, numbers.Real) and rate_cap_bytes_per_s > 0):
+        raise ValueError(f"transfer rate_cap_bytes_per_s must be positive, got {rate_cap_bytes_per_s!r}")

@@ -1,0 +1,61 @@
+"""What is being served: phase, precision, sequence lengths and latency targets."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .hardware import PRECISION_BYTES
+
+__all__ = ["Workload", "PHASES"]
+
+PHASES = ("prefill", "decode", "static")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One serving scenario.
+
+    - ``prefill``: a batch of prompts of ``input_len`` tokens; the step is the time to first token.
+    - ``decode``: steady decode, each sequence attends to ``input_len`` tokens of context.
+    - ``static``: a static batch: prefill of ``input_len`` tokens, then ``output_len`` decode steps with a
+      KV cache growing from ``input_len`` to ``input_len + output_len``.
+
+    ``precision`` sets weights, GEMMs and KV cache (``bf16`` | ``fp8``); activations stay 16-bit.
+    SLOs are in seconds; ``None`` means no target.
+    """
+
+    phase: str = "decode"
+    precision: str = "bf16"
+    input_len: int = 2048
+    output_len: int = 128
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    activation_bytes: float = 2.0  # bf16 activations between kernels
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise ValueError(f"workload.phase: {self.phase!r} is not one of {', '.join(PHASES)}")
+        if self.precision not in PRECISION_BYTES:
+            raise ValueError(f"workload.precision: {self.precision!r} is not one of {', '.join(PRECISION_BYTES)}")
+        if not isinstance(self.input_len, int) or self.input_len < 1:
+            raise ValueError(f"workload.input_len must be a positive integer, got {self.input_len!r}")
+        if not isinstance(self.output_len, int) or self.output_len < 1:
+            raise ValueError(f"workload.output_len must be a positive integer, got {self.output_len!r}")
+        for name in ("ttft_slo_s", "tpot_slo_s"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"workload.{name} must be positive, got {value!r}")
+
+    @property
+    def weight_bytes(self) -> float:
+        return PRECISION_BYTES[self.precision]
+
+    @property
+    def kv_bytes(self) -> float:
+        return PRECISION_BYTES[self.precision]
+
+    @property
+    def max_context(self) -> int:
+        """Longest context any KV cache holds during the step."""
+        return self.input_len + (self.output_len if self.phase == "static" else 0)

@@ -1,0 +1,33 @@
+"""The benchmark scenarios (``conf/experiment/*.yaml``) as cost contexts, composed through Hydra so
+benchmarks and apps read the very same configs."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+__all__ = ["SCENARIOS", "scenario_config", "scenario_context"]
+
+_CONF = Path(__file__).resolve().parent.parent / "conf"
+SCENARIOS = tuple(sorted(p.stem for p in (_CONF / "experiment").glob("*.yaml")))
+
+
+def scenario_config(name: str, overrides: list[str] | None = None):
+    """The composed ``shard-search`` config of a scenario (``experiment=<name>``)."""
+    from hydra import compose, initialize_config_module
+
+    from planner.config import register
+
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}")
+    register()
+    with initialize_config_module(config_module="conf", version_base=None):
+        return compose(config_name="search", overrides=[f"experiment={name}", *(overrides or [])])
+
+
+@cache
+def scenario_context(name: str):
+    from simcore.config import build_context
+
+    cfg = scenario_config(name)
+    return build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)

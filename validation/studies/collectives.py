@@ -1,0 +1,280 @@
+"""Collective times against published measurements (nccl-tests / XLA / torch tables).
+
+Reads any CSV in the schema of ``validation/data/collectives_calibration.csv``, simulates each row with
+the analytic model (:func:`simcore.collectives.collective_time_s`) or the flow simulator
+(:func:`simcore.collectives.flows.simulate_collective`) and writes ``rows.csv``, ``summary.json`` and
+``busbw.png`` into the output folder. Bad rows are reported and skipped; a bad header is an error.
+
+Run: ``python -m validation.studies.collectives --data PATH --out DIR [--engine analytic|flow]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
+
+__all__ = ["COLUMNS", "REQUIRED_COLUMNS", "Case", "load_rows", "parse_row", "simulate_case", "summarize", "run",
+           "main", "DEFAULT_DATA"]
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "collectives_calibration.csv"
+COLUMNS = ("source_url", "setting", "nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us",
+           "algbw_GBps", "busbw_GBps", "note")
+REQUIRED_COLUMNS = ("nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us", "algbw_GBps",
+                    "busbw_GBps")
+OUTPUT_COLUMNS = ("sim_time_us", "sim_busbw_GBps", "sim_algorithm", "rel_error", "skipped_reason")
+_COLLECTIVE = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
+               "allgather": "all_gather", "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
+               "alltoall": "all_to_all", "all_to_all": "all_to_all", "send_recv": "send_recv",
+               "sendrecv": "send_recv"}
+_ALGORITHM = {"default": "auto", "auto": "auto", "ring": "ring", "tree": "tree", "nvls": "nvls",
+              "nvlstree": "nvls_tree", "nvls_tree": "nvls_tree", "hierarchical": "hierarchical",
+              "direct": "direct", "pairwise": "pairwise"}
+_MIB = 2**20
+_GPU = "h100-sxm"  # the H200 rows share H100's NVLink4/NVSwitch fabric and NDR-class NICs
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a collective on ``nodes`` x ``gpus_per_node`` GPUs, measured time in seconds."""
+
+    collective: str
+    algorithm: str
+    nodes: int
+    gpus_per_node: int
+    size_bytes: float
+    measured_time_s: float
+    concurrent_groups: int = 1
+
+    @property
+    def n_ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests busbw / algbw: 2(n-1)/n for all-reduce, (n-1)/n for AG/RS/A2A, 1 for send/recv."""
+    if collective == "all_reduce":
+        return 2.0 * (n - 1) / n
+    return 1.0 if collective == "send_recv" else (n - 1) / n
+
+
+def load_rows(path: str | Path) -> list[dict[str, str]]:
+    """The CSV's rows; ``ValueError`` (one line) for an unknown or missing column."""
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        for name in header:
+            if name not in COLUMNS:
+                raise ValueError(f"{path}: unknown column {name!r}; expected the columns {', '.join(COLUMNS)}")
+        for name in REQUIRED_COLUMNS:
+            if name not in header:
+                raise ValueError(f"{path}: missing required column {name!r}")
+        return [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+
+
+def _number(row: dict[str, str], field: str, kind=float):
+    text = row.get(field, "")
+    if text == "":
+        return None
+    try:
+        value = kind(float(text)) if kind is int else float(text)
+    except ValueError:
+        raise ValueError(f"{field}: cannot parse {text!r}") from None
+    if not math.isfinite(value) or value <= 0 or (kind is int and value != float(text)):
+        raise ValueError(f"{field}: must be a positive {'integer' if kind is int else 'number'}, got {text!r}")
+    return value
+
+
+def parse_row(row: dict[str, str]) -> Case:
+    """A :class:`Case` from one CSV row; ``ValueError`` with the reason when the row is unusable."""
+    coll = _COLLECTIVE.get(row.get("collective", "").lower())
+    if coll is None:
+        raise ValueError(f"unknown collective {row.get('collective')!r}")
+    algo = _ALGORITHM.get(row.get("algorithm", "").lower())
+    if algo is None:
+        raise ValueError(f"unknown algorithm {row.get('algorithm')!r}")
+    nodes, per_node, size = (_number(row, f, k) for f, k in (("nodes", int), ("gpus_per_node", int),
+                                                              ("size_bytes", float)))
+    if nodes is None or per_node is None or size is None:
+        raise ValueError("missing nodes, gpus_per_node or size_bytes")
+    n = nodes * per_node
+    time_us, algbw, busbw = (_number(row, f) for f in ("time_us", "algbw_GBps", "busbw_GBps"))
+    if time_us is not None:
+        measured = time_us * 1e-6
+    elif algbw is not None:
+        measured = size / (algbw * 1e9)
+    elif busbw is not None and n > 1:
+        measured = size / (busbw * 1e9 / busbw_factor(coll, n))
+    else:
+        raise ValueError("no time_us, algbw_GBps or usable busbw_GBps")
+    match = re.search(r"(\d+)\s+concurrent group", row.get("setting", "") + " " + row.get("note", ""))
+    groups = int(match.group(1)) if match else 1
+    return Case(coll, algo, nodes, per_node, size, measured, groups)
+
+
+def _topology(nodes: int):
+    from topologies import build_topology
+
+    return build_topology("hgx-h100") if nodes == 1 else build_topology("h100-ib-rail", num_nodes=nodes)
+
+
+def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants = DEFAULT) -> tuple[float, str]:
+    """(simulated time in seconds, algorithm used) for one case."""
+    graph = _topology(case.nodes)
+    fabric = Fabric.from_topology(graph)
+    args = (case.collective, case.size_bytes, case.n_ranks, case.gpus_per_node, fabric)
+    algo = case.algorithm
+    if algo == "auto":
+        algo = str(select(*args, constants=constants)[0])
+    if engine == "analytic":
+        return float(collective_time_s(*args, algorithm=algo, constants=constants)), algo
+    from simcore.collectives.flows import simulate_collective
+
+    per = case.gpus_per_node
+    groups = [[f"gpu{node * graph.graph['gpus_per_node'] + g * per + i}" for node in range(case.nodes)
+               for i in range(per)] for g in range(case.concurrent_groups)]
+    return simulate_collective(graph, case.collective, case.size_bytes, groups[0], algorithm=algo,
+                               concurrent_groups=groups[1:] or None, constants=constants), algo
+
+
+def _stats(errors: list[float]) -> dict[str, float | int]:
+    abs_err = np.maximum(np.abs(np.asarray(errors, dtype=float)), 1e-6)
+    return {"rows": len(errors), "geomean_abs_rel_error": float(np.exp(np.mean(np.log(abs_err)))),
+            "median_abs_rel_error": float(np.median(abs_err))}
+
+
+def summarize(records: list[dict], engine: str = "analytic") -> dict:
+    """geomean / median |relative error| overall, by size band and by collective x GPUs x band."""
+    used = [r for r in records if r["skipped_reason"] == ""]
+    summary: dict = {"engine": engine, "rows_total": len(records), "rows_used": len(used),
+                     "rows_skipped": len(records) - len(used)}
+    if not used:
+        return summary
+    summary.update(_stats([r["_err"] for r in used]))
+    summary["bands"], summary["groups"] = {}, {}
+    for band in ("<1MiB", ">=1MiB"):
+        rows = [r for r in used if r["_band"] == band]
+        if rows:
+            summary["bands"][band] = _stats([r["_err"] for r in rows])
+    keys = sorted({(r["_case"].collective, r["_case"].n_ranks, r["_band"]) for r in used})
+    for coll, n, band in keys:
+        errs = [r["_err"] for r in used if (r["_case"].collective, r["_case"].n_ranks, r["_band"]) == (coll, n, band)]
+        summary["groups"][f"{coll}/{n}gpu/{band}"] = _stats(errs)
+    return summary
+
+
+def _simulate_all(rows: list[dict[str, str]], engine: str, constants: NcclConstants) -> list[dict]:
+    records = []
+    for row in rows:
+        record = {**{c: row.get(c, "") for c in COLUMNS}, **{c: "" for c in OUTPUT_COLUMNS}}
+        try:
+            case = parse_row(row)
+            sim_s, algo = simulate_case(case, engine, constants)
+        except ValueError as exc:
+            record["skipped_reason"] = str(exc).replace("\n", " ")
+            records.append(record)
+            continue
+        err = (sim_s - case.measured_time_s) / case.measured_time_s
+        busbw = case.size_bytes / sim_s * busbw_factor(case.collective, case.n_ranks) / 1e9
+        record.update(sim_time_us=f"{sim_s * 1e6:.3f}", sim_busbw_GBps=f"{busbw:.3f}", sim_algorithm=algo,
+                      rel_error=f"{err:.4f}", _case=case, _err=err, _sim_s=sim_s,
+                      _band=">=1MiB" if case.size_bytes >= _MIB else "<1MiB")
+        records.append(record)
+    return records
+
+
+def _write_rows(records: list[dict], path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS + OUTPUT_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def plot_busbw(records: list[dict], path: Path) -> None:
+    """Measured (dots) vs simulated (line) busbw over size, one panel per collective x GPU count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    used = [r for r in records if r["skipped_reason"] == ""]
+    keys = sorted({(r["_case"].collective, r["_case"].n_ranks) for r in used})
+    cols = max(1, min(4, len(keys)))
+    rows = max(1, math.ceil(len(keys) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    for ax, (coll, n) in zip(axes.flat, keys, strict=False):
+        pts = sorted((r for r in used if (r["_case"].collective, r["_case"].n_ranks) == (coll, n)),
+                     key=lambda r: r["_case"].size_bytes)
+        size = np.array([r["_case"].size_bytes for r in pts])
+        factor = busbw_factor(coll, n) / 1e9
+        ax.semilogx(size, size / np.array([r["_case"].measured_time_s for r in pts]) * factor, "o", ms=3,
+                    label="measured")
+        ax.semilogx(size, size / np.array([r["_sim_s"] for r in pts]) * factor, "-", label="simulated")
+        ax.set_title(f"{coll} {n} GPUs", fontsize=9)
+        ax.set_xlabel("size (bytes)", fontsize=8)
+        ax.set_ylabel("busbw (GB/s)", fontsize=8)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    if keys:
+        axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(data_path: str | Path, out_dir: str | Path, constants: NcclConstants = DEFAULT,
+        engine: str = "analytic") -> dict:
+    """Simulate every row of ``data_path``; write rows.csv, summary.json, busbw.png; return the summary."""
+    if engine not in ("analytic", "flow"):
+        raise ValueError(f"unknown engine {engine!r}; choose one of: analytic, flow")
+    rows = load_rows(data_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    records = _simulate_all(rows, engine, constants)
+    summary = summarize(records, engine)
+    _write_rows(records, out / "rows.csv")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    plot_busbw(records, out / "busbw.png")
+    summary["_records"] = records
+    return summary
+
+
+def _print_table(records: list[dict]) -> None:
+    print(f"{'collective':15s} {'gpus':>4s} {'size':>12s} {'algo':>12s} {'meas_us':>10s} {'sim_us':>10s} {'err':>7s}")
+    for r in records:
+        if r["skipped_reason"]:
+            print(f"{r['collective']:15s} {r['nodes']}x{r['gpus_per_node']:<2s} skipped: {r['skipped_reason']}")
+            continue
+        c = r["_case"]
+        print(f"{c.collective:15s} {c.n_ranks:4d} {c.size_bytes:12.0f} {r['sim_algorithm']:>12s} "
+              f"{c.measured_time_s * 1e6:10.2f} {r['_sim_s'] * 1e6:10.2f} {r['_err']:+7.1%}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="CSV in the collectives_calibration schema")
+    parser.add_argument("--out", default="outputs/collectives", help="output folder")
+    parser.add_argument("--engine", default="analytic", choices=("analytic", "flow"))
+    args = parser.parse_args(argv)
+    summary = run(args.data, args.out, engine=args.engine)
+    _print_table(summary.pop("_records"))
+    for band, stats in summary.get("bands", {}).items():
+        print(f"band {band:7s}: rows {stats['rows']:4d}  geomean |err| {stats['geomean_abs_rel_error']:.1%}  "
+              f"median |err| {stats['median_abs_rel_error']:.1%}")
+    for key, stats in summary.get("groups", {}).items():
+        print(f"{key:40s} rows {stats['rows']:3d}  geomean {stats['geomean_abs_rel_error']:6.1%}  "
+              f"median {stats['median_abs_rel_error']:6.1%}")
+    print(json.dumps({k: v for k, v in summary.items() if k != "groups"}))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Kernel study: the calibrated compute model (hardware catalog defaults, not refitted) against any
+CSV in the schema of ``kernels_h100.csv``; per-family median and geomean |relative error|."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from simcore.apps.common import atomic_write_json
+from simcore.hardware import get_gpu
+from validation.fit_kernels import evaluate, load_samples
+
+__all__ = ["run"]
+
+
+def run(data_path: str | Path, out_dir: str | Path, gpu: str = "h100-sxm") -> dict:
+    """Predict every usable row, write ``rows.csv`` and ``summary.json`` into ``out_dir``."""
+    out = Path(out_dir)
+    samples, skipped = load_samples(Path(data_path))
+    if not samples:
+        raise ValueError(f"data: no usable kernel rows in {data_path}")
+    ratio, stats = evaluate(samples, get_gpu(gpu))
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "rows.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["line", "family", "kernel", "predicted_over_measured", "rel_error"])
+        for sample, r in zip(samples, ratio, strict=True):
+            writer.writerow([sample.line, sample.family, sample.kernel, f"{r:.4f}", f"{r - 1:.4f}"])
+        for line, kernel, reason in skipped:
+            writer.writerow([line, "", kernel, "", f"skipped: {reason}"])
+    summary = {"study": "kernels", "data": str(data_path), "rows_used": len(samples),
+               "rows_skipped": len(skipped), "families": stats}
+    atomic_write_json(out / "summary.json", summary)
+    return summary
