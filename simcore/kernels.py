@@ -16,6 +16,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from simcore.hardware import PRECISION_BYTES, GpuSpec
+from simcore.xp import namespace
 
 __all__ = ["gemm_flops", "gemm_bytes", "gemm_time_s", "attention_time_s", "memory_time_s"]
 
@@ -24,9 +25,19 @@ __all__ = ["gemm_flops", "gemm_bytes", "gemm_time_s", "attention_time_s", "memor
 _ACTIVATION_OUT_BYTES = 2.0
 
 
-def _out(value: np.ndarray) -> np.ndarray:
+def _out(value) -> np.ndarray:
     """Return float64; 0-d results become a ``numpy.float64`` scalar."""
+    if isinstance(value, float):
+        return np.float64(value)
     return np.asarray(value, dtype=np.float64)[()]
+
+
+def _floats(*values):
+    """The backend for these inputs and the inputs in its types (float64 arrays or Python floats)."""
+    xp = namespace(*values)
+    if xp is np:
+        return xp, [np.asarray(v, dtype=np.float64) for v in values]
+    return xp, [float(v) for v in values]
 
 
 def _check_precision(precision: str) -> None:
@@ -36,7 +47,7 @@ def _check_precision(precision: str) -> None:
 
 def gemm_flops(m: ArrayLike, n: ArrayLike, k: ArrayLike, count: ArrayLike = 1) -> np.ndarray:
     """FLOPs of ``count`` GEMMs (m x k) @ (k x n): ``2 m n k count`` (one multiply-add = 2 FLOPs)."""
-    m, n, k, count = (np.asarray(x, dtype=np.float64) for x in (m, n, k, count))
+    _, (m, n, k, count) = _floats(m, n, k, count)
     return _out(2.0 * m * n * k * count)
 
 
@@ -46,23 +57,23 @@ def gemm_bytes(m: ArrayLike, n: ArrayLike, k: ArrayLike, precision: str, count: 
     Each operand is read from HBM once (an ideal tile order in which L2 catches the re-reads).
     """
     _check_precision(precision)
-    m, n, k, count = (np.asarray(x, dtype=np.float64) for x in (m, n, k, count))
+    _, (m, n, k, count) = _floats(m, n, k, count)
     elem = PRECISION_BYTES[precision]
     return _out(count * (k * n * elem + m * k * elem + m * n * _ACTIVATION_OUT_BYTES))
 
 
-def _gemm_compute_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.ndarray,
+def _gemm_compute_s(xp, m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.ndarray,
                     gpu: GpuSpec, precision: str) -> np.ndarray:
     """Tensor-core time with wave quantization of output tiles and split-K (see :func:`gemm_time_s`)."""
     tile = float(gpu.gemm_tile)
     sms = float(gpu.num_sms)
     sm_flops_per_s = gpu.peak_flops_per_s[precision] * gpu.gemm_efficiency[precision] / sms
-    tiles = np.maximum(np.ceil(m / tile) * np.ceil(n / tile) * count, 1.0)
-    waves = np.ceil(tiles / sms)
+    tiles = xp.maximum(xp.ceil(m / tile) * xp.ceil(n / tile) * count, 1.0)
+    waves = xp.ceil(tiles / sms)
     # Fewer tiles than SMs: split K over floor(sms / tiles) SMs per tile, each slice at least one
     # k-block deep (or all of k when k is shorter than a block).
-    splits = np.maximum(np.floor(sms / tiles), 1.0)
-    k_per_sm = np.where(tiles < sms, np.maximum(k / splits, np.minimum(k, tile)), k)
+    splits = xp.maximum(xp.floor(sms / tiles), 1.0)
+    k_per_sm = xp.where(tiles < sms, xp.maximum(k / splits, xp.minimum(k, tile)), k)
     return waves * 2.0 * tile * tile * k_per_sm / sm_flops_per_s
 
 
@@ -88,10 +99,10 @@ def gemm_time_s(m: ArrayLike, n: ArrayLike, k: ArrayLike, gpu: GpuSpec, precisio
     GEMM, which quantizes more finely than one fixed 128 x 128 tile would.
     """
     _check_precision(precision)
-    m, n, k, count = (np.asarray(x, dtype=np.float64) for x in (m, n, k, count))
-    compute_s = _gemm_compute_s(m, n, k, count, gpu, precision)
+    xp, (m, n, k, count) = _floats(m, n, k, count)
+    compute_s = _gemm_compute_s(xp, m, n, k, count, gpu, precision)
     memory_s = gemm_bytes(m, n, k, precision, count) / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
-    return _out(np.maximum(compute_s, memory_s) + gpu.kernel_overhead_s)
+    return _out(xp.maximum(compute_s, float(memory_s) if xp is not np else memory_s) + gpu.kernel_overhead_s)
 
 
 def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, precision: str) -> np.ndarray:
@@ -102,13 +113,13 @@ def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, prec
     KV cache to BF16); ``precision`` is checked and the caller accounts for it in ``size_bytes``.
     """
     _check_precision(precision)
-    flops, size_bytes = np.asarray(flops, dtype=np.float64), np.asarray(size_bytes, dtype=np.float64)
+    xp, (flops, size_bytes) = _floats(flops, size_bytes)
     compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
     memory_s = size_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
-    return _out(np.maximum(compute_s, memory_s) + gpu.kernel_overhead_s)
+    return _out(xp.maximum(compute_s, memory_s) + gpu.kernel_overhead_s)
 
 
 def memory_time_s(size_bytes: ArrayLike, gpu: GpuSpec) -> np.ndarray:
     """Time in s of a memory-bound (element-wise, norm, copy) kernel moving ``size_bytes`` through HBM."""
-    size_bytes = np.asarray(size_bytes, dtype=np.float64)
+    _, (size_bytes,) = _floats(size_bytes)
     return _out(size_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency) + gpu.kernel_overhead_s)

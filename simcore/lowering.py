@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from .models import ModelSpec
 from .opgraph import REPLICATED, SEARCHABLE_OPS, input_layout, model_ops, output_layout
 from .strategy import Strategy
 from .workload import Workload
+from .xp import SCALAR
 
 __all__ = ["StrategyArrays", "Task", "CostContext", "lower", "attention_dims"]
 
@@ -114,31 +116,38 @@ def _scalar_collective_s(name: str, size_bytes: float, n_ranks: int, ranks_per_d
 
 
 class _Lowerer:
-    """Builds the task blocks for one phase; holds the per-strategy arrays it shares between ops."""
+    """Builds the task blocks for one phase; holds the per-strategy values its operators share.
+
+    With one strategy it works on Python numbers (the scalar backend of :mod:`simcore.xp`), with
+    many on numpy arrays; the formulas are the same code either way.
+    """
 
     def __init__(self, ctx: CostContext, s: StrategyArrays, phase: str, context_len):
-        self.ctx, self.s, self.phase = ctx, s, phase
+        self.ctx, self.phase = ctx, phase
+        self.scalar = len(s) == 1
+        self.s = _scalar_view(s) if self.scalar else s
+        self.xp = SCALAR if self.scalar else np
         self.m, self.w, self.gpu = ctx.model, ctx.workload, ctx.cluster.gpu
         self.ops = model_ops(ctx.model)
-        self.t = s.tp.astype(float)
-        self.context = np.asarray(context_len, dtype=float)
-        seqs = s.batch / (s.ep * s.microbatches)  # sequences per attention group per microbatch
-        self.seqs = seqs
-        self.tokens = seqs * (ctx.workload.input_len if phase == "prefill" else 1)
+        v = self.s
+        self.t = float(v.tp) if self.scalar else v.tp.astype(float)
+        self.context = float(np.asarray(context_len).reshape(-1)[0]) if self.scalar else np.asarray(context_len, float)
+        self.seqs = v.batch / (v.ep * v.microbatches)  # sequences per attention group per microbatch
+        self.tokens = self.seqs * (ctx.workload.input_len if phase == "prefill" else 1)
         self.act = ctx.workload.activation_bytes
         domain = ctx.cluster.nvlink_domain_size
-        self.rpd = {"tp": group_ranks_per_domain(s.tp, 1, domain),
-                    "ep": group_ranks_per_domain(s.ep, s.tp, domain),
-                    "pp": np.where(s.pp * s.tp * s.ep <= domain, 2, 1)}
-        self.size = {"tp": s.tp, "ep": s.ep, "pp": np.full(len(s), 2)}
+        self.rpd = {"tp": group_ranks_per_domain(v.tp, 1, domain),
+                    "ep": group_ranks_per_domain(v.ep, v.tp, domain),
+                    "pp": self.xp.where(v.pp * v.tp * v.ep <= domain, 2, 1)}
+        self.size = {"tp": v.tp, "ep": v.ep, "pp": 2 if self.scalar else np.full(len(s), 2)}
 
     # ----- compute -------------------------------------------------------------------------
     def _linear(self, name: str, tokens) -> Task:
         op, c = self.ops[name], self.s.choice[name]
         rep = c == REPLICATED
-        m = np.where(rep, np.ceil(tokens / self.t), tokens)
-        k = np.where(c == 0, op.in_features / self.t, op.in_features)
-        n = np.where(c == 1, op.out_features / self.t, op.out_features)
+        m = self.xp.where(rep, self.xp.ceil(tokens / self.t), tokens)
+        k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
+        n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
         time = gemm_time_s(m, n, k, self.gpu, self.w.precision)
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k)
 
@@ -149,11 +158,11 @@ class _Lowerer:
         routed = tokens * self.s.ep * self.m.top_k  # token copies routed from the whole stage
         p_active = 1.0 - (1.0 - 1.0 / e_total) ** routed
         active = (e_total / self.s.ep) * p_active
-        per_expert = routed / e_total / np.maximum(p_active, 1e-30)
+        per_expert = routed / e_total / self.xp.maximum(p_active, 1e-30)
         rep = c == REPLICATED
-        m = np.where(rep, np.ceil(per_expert / self.t), per_expert)
-        k = np.where(c == 0, op.in_features / self.t, op.in_features)
-        n = np.where(c == 1, op.out_features / self.t, op.out_features)
+        m = self.xp.where(rep, self.xp.ceil(per_expert / self.t), per_expert)
+        k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
+        n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
         time = gemm_time_s(m, n, k, self.gpu, self.w.precision, count=active)
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
 
@@ -162,7 +171,7 @@ class _Lowerer:
         heads = self.m.num_heads
         d_qk, d_v = attention_dims(self.m, self.phase)
         kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_layers * self.w.kv_bytes
-        kv_heads_shard = 1.0 if self.m.is_mla else np.minimum(self.t, self.m.num_kv_heads)
+        kv_heads_shard = 1.0 if self.m.is_mla else self.xp.minimum(self.t, self.m.num_kv_heads)
         if self.phase == "decode":
             flops_seq = 2.0 * self.context * heads * (d_qk + d_v)
             bytes_seq = self.context * kv_layer + heads * (d_qk + d_v) * self.act
@@ -170,40 +179,40 @@ class _Lowerer:
             s_len = float(self.w.input_len)
             flops_seq = 2.0 * (s_len * s_len / 2.0) * heads * (d_qk + d_v)
             bytes_seq = s_len * (kv_layer + 2.0 * heads * (d_qk + d_v) * self.act)
-        seqs_local = np.where(c == 0, np.ceil(self.seqs / self.t), self.seqs)
-        flops = flops_seq * seqs_local / np.where(c == 1, self.t, 1.0)
-        kv_div = np.where(c == 1, kv_heads_shard, 1.0)
+        seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
+        flops = flops_seq * seqs_local / self.xp.where(c == 1, self.t, 1.0)
+        kv_div = self.xp.where(c == 1, kv_heads_shard, 1.0)
         nbytes = bytes_seq * seqs_local / kv_div
         time = attention_time_s(flops, nbytes, self.gpu, self.w.precision)
         return Task("attention", "attention", "attention", time, flops=flops)
 
     def _norms(self, lay) -> Task:
         """Two RMSNorms and two residual adds per layer: memory-bound element-wise kernels."""
-        local = np.where((lay == L.S_TOK) | (lay == L.S_FEAT), self.tokens / self.t, self.tokens)
+        local = self.xp.where((lay == L.S_TOK) | (lay == L.S_FEAT), self.tokens / self.t, self.tokens)
         nbytes = local * self.m.hidden_size * self.act * 3.0
         return Task("norms", "norms", "memory", memory_time_s(nbytes, self.gpu), count=2)
 
     # ----- communication -------------------------------------------------------------------
     def _coll(self, name: str, op: str, group: str, coll, size) -> Task:
-        """A collective of code array ``coll`` (rows with NONE cost nothing) on ``group``."""
+        """A collective of code ``coll`` (one per strategy; NONE costs nothing) on ``group``."""
+        if self.scalar:
+            code = int(coll)
+            time = 0.0
+            if code != L.NONE:  # one memoized call (see _scalar_collective_s)
+                time = _scalar_collective_s(L.COLLECTIVE_NAMES[code], float(size), int(self.size[group]),
+                                            int(self.rpd[group]), self.ctx.cluster.fabric,
+                                            self.ctx.collective_constants)
+            return Task(name, op, "comm", time, group=group, size_bytes=float(size) if code else 0.0,
+                        extra={"collective": code})
         time = np.zeros(len(self.s))
         if not coll.any():
             return Task(name, op, "comm", time, group=group, size_bytes=time, extra={"collective": coll})
-        # set() of a short array is far cheaper than np.unique; scalar calls have one row
-        codes = set(coll.tolist()) if len(coll) <= 64 else np.unique(coll).tolist()
-        for code in codes:
+        for code in np.unique(coll).tolist():
             if code == L.NONE:
                 continue
             rows = coll == code
-            if len(coll) == 1:  # scalar path: one memoized call (see _scalar_collective_s)
-                time[0] = _scalar_collective_s(L.COLLECTIVE_NAMES[code], float(size[0]), int(self.size[group][0]),
-                                               int(self.rpd[group][0]), self.ctx.cluster.fabric,
-                                               self.ctx.collective_constants)
-                continue
-            t = collective_time_s(L.COLLECTIVE_NAMES[code], size[rows], self.size[group][rows],
-                                  self.rpd[group][rows], self.ctx.cluster.fabric,
-                                  **self._constants())
-            time[rows] = t
+            time[rows] = collective_time_s(L.COLLECTIVE_NAMES[code], size[rows], self.size[group][rows],
+                                           self.rpd[group][rows], self.ctx.cluster.fabric, **self._constants())
         return Task(name, op, "comm", time, group=group, size_bytes=np.where(coll == L.NONE, 0.0, size),
                     extra={"collective": coll})
 
@@ -214,16 +223,15 @@ class _Lowerer:
     def _convert(self, name: str, op: str, src, dst, features: float, tokens=None) -> Task:
         tokens = self.tokens if tokens is None else tokens
         full = tokens * features * self.act
-        if len(self.s) == 1:  # scalar path: the table lookup in plain Python is 5x cheaper
-            code, nbytes = L.transition(int(src[0]), int(dst[0]), float(full[0]), int(self.s.tp[0]))
-            coll, size = np.array([code]), np.array([nbytes])
+        if self.scalar:
+            coll, size = L.transition(int(src), int(dst), float(full), int(self.s.tp))
         else:
             coll, size = L.transition_arrays(src, dst, full, self.s.tp)
         return self._coll(name, op, "tp", coll, size)
 
     def _hold(self, lay):
         """Fraction of a TP-group tensor one rank holds in a layout (1 for R and P)."""
-        return np.where((lay == L.S_TOK) | (lay == L.S_FEAT), 1.0 / self.t, 1.0)
+        return self.xp.where((lay == L.S_TOK) | (lay == L.S_FEAT), 1.0 / self.t, 1.0)
 
     def _layout(self, op: str, side: str):
         f = input_layout if side == "in" else output_layout
@@ -277,8 +285,8 @@ class _Lowerer:
             # Shared and routed outputs in the same layout are summed locally, then converted once.
             separate = shared_out != e2_out
             t = self._convert("shared_ffn2->next", "shared_ffn2", shared_out, nxt, h)
-            t.time_s = np.where(separate, t.time_s, 0.0)
-            t.size_bytes = np.where(separate, t.size_bytes, 0.0)
+            t.time_s = self.xp.where(separate, t.time_s, 0.0)
+            t.size_bytes = self.xp.where(separate, t.size_bytes, 0.0)
             tasks.append(t)
         routed = self.tokens * k  # token copies each attention group sends and receives
         tasks.append(self._convert("mlp->expert_ffn1", "expert_ffn1", res_in, e1_in, h))
@@ -293,7 +301,7 @@ class _Lowerer:
         return tasks
 
     def _a2a(self, name: str, op: str, size) -> Task:
-        coll = np.where(self.s.ep > 1, L.ALL_TO_ALL, L.NONE)
+        coll = self.xp.where(self.s.ep > 1, L.ALL_TO_ALL, L.NONE)
         return self._coll(name, op, "ep", coll, size)
 
     def layer(self, moe: bool) -> list[Task]:
@@ -307,9 +315,9 @@ class _Lowerer:
         """Embedding lookup (memory bound) and its conversion to the first layer's input."""
         c = self.s.choice["embedding"]
         h = self.m.hidden_size
-        rows = np.where(c == 0, self.tokens / self.t, np.where(c == REPLICATED, self.tokens / self.t, self.tokens))
-        width = np.where(c == 1, h / self.t, h)
-        out_rows = np.where(c == 0, self.tokens, rows)
+        rows = self.xp.where(c == 1, self.tokens, self.tokens / self.t)  # vocab- or token-split lookups
+        width = self.xp.where(c == 1, h / self.t, h)
+        out_rows = self.xp.where(c == 0, self.tokens, rows)
         nbytes = rows * width * self.w.weight_bytes + out_rows * width * self.act
         emb = Task("embedding", "embedding", "memory", memory_time_s(nbytes, self.gpu))
         conv = self._convert("embedding->qkv", "embedding", self._layout("embedding", "out"),
@@ -326,10 +334,10 @@ class _Lowerer:
         out = self._layout("lm_head", "out")
         # vocab-sharded logits: all-gather (value, id) = 8 bytes per token and rank; partial logits:
         # all-reduce of the logits; token-sharded: all-gather of the sampled ids (4 bytes).
-        coll = np.select([out == L.S_FEAT, out == L.P, out == L.S_TOK],
+        coll = self.xp.select([out == L.S_FEAT, out == L.P, out == L.S_TOK],
                          [L.ALL_GATHER, L.ALL_REDUCE, L.ALL_GATHER], L.NONE)
-        coll = np.where(self.s.tp > 1, coll, L.NONE)
-        size = np.select([out == L.S_FEAT, out == L.P], [seq_tokens * 8.0 * self.t, seq_tokens * vocab * self.act],
+        coll = self.xp.where(self.s.tp > 1, coll, L.NONE)
+        size = self.xp.select([out == L.S_FEAT, out == L.P], [seq_tokens * 8.0 * self.t, seq_tokens * vocab * self.act],
                          seq_tokens * 4.0)
         sample = self._coll("sample", "lm_head", "tp", coll, size)
         return [conv, head, sample]
@@ -337,8 +345,26 @@ class _Lowerer:
     def p2p(self) -> list[Task]:
         """Activation sent to the next pipeline stage (each TP rank sends what it holds)."""
         size = self.tokens * self.m.hidden_size * self.act * self._hold(self._layout("qkv", "in"))
-        coll = np.where(self.s.pp > 1, L.SEND_RECV, L.NONE)
+        coll = self.xp.where(self.s.pp > 1, L.SEND_RECV, L.NONE)
         return [self._coll("send_recv", "pipeline", "pp", coll, size)]
+
+
+def _scalar_view(s: StrategyArrays) -> SimpleNamespace:
+    """One strategy's degrees and choices as Python ints (for the scalar backend)."""
+    return SimpleNamespace(tp=int(s.tp[0]), ep=int(s.ep[0]), pp=int(s.pp[0]), dp=int(s.dp[0]),
+                           batch=int(s.batch[0]), microbatches=int(s.microbatches[0]),
+                           choice={op: int(c[0]) for op, c in s.choice.items()})
+
+
+def _as_arrays(blocks: dict[str, list[Task]]) -> None:
+    """Scalar results back to one-element arrays, so callers see one shape whatever the backend."""
+    for tasks in blocks.values():
+        for task in tasks:
+            task.time_s = np.array([float(task.time_s)])
+            task.size_bytes = np.array([float(task.size_bytes)])
+            task.flops = np.array([float(task.flops)])
+            if "collective" in task.extra:
+                task.extra["collective"] = np.array([int(task.extra["collective"])])
 
 
 def lower(ctx: CostContext, s: StrategyArrays, phase: str, context_len=None) -> dict[str, list[Task]]:
@@ -355,4 +381,6 @@ def lower(ctx: CostContext, s: StrategyArrays, phase: str, context_len=None) -> 
         blocks["dense_layer"] = low.layer(moe=False)
     if ctx.model.num_moe_layers > 0:
         blocks["moe_layer"] = low.layer(moe=True)
+    if low.scalar:
+        _as_arrays(blocks)
     return blocks
