@@ -79,6 +79,7 @@ class Task:
     size_bytes: np.ndarray | float = 0.0
     flops: np.ndarray | float = 0.0
     count: int = 1
+    branch: str = ""  # "" = the main chain; "shared" = shared experts, which may overlap routed ones
     extra: dict = field(default_factory=dict)
 
     @property
@@ -122,8 +123,9 @@ class _Lowerer:
     many on numpy arrays; the formulas are the same code either way.
     """
 
-    def __init__(self, ctx: CostContext, s: StrategyArrays, phase: str, context_len):
+    def __init__(self, ctx: CostContext, s: StrategyArrays, phase: str, context_len, expert_load: float = 1.0):
         self.ctx, self.phase = ctx, phase
+        self.expert_load = float(expert_load)
         self.scalar = len(s) == 1
         self.s = _scalar_view(s) if self.scalar else s
         self.xp = SCALAR if self.scalar else np
@@ -155,7 +157,8 @@ class _Lowerer:
         """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped."""
         op, c = self.ops[name], self.s.choice[name]
         e_total = self.m.num_experts
-        routed = tokens * self.s.ep * self.m.top_k  # token copies routed from the whole stage
+        # token copies routed to this GPU's experts, scaled by its routing load (1 = uniform)
+        routed = tokens * self.s.ep * self.m.top_k * self.expert_load
         p_active = 1.0 - (1.0 - 1.0 / e_total) ** routed
         active = (e_total / self.s.ep) * p_active
         per_expert = routed / e_total / self.xp.maximum(p_active, 1e-30)
@@ -287,15 +290,19 @@ class _Lowerer:
             t = self._convert("shared_ffn2->next", "shared_ffn2", shared_out, nxt, h)
             t.time_s = self.xp.where(separate, t.time_s, 0.0)
             t.size_bytes = self.xp.where(separate, t.size_bytes, 0.0)
+            t.extra["collective"] = self.xp.where(separate, t.extra["collective"], L.NONE)
             tasks.append(t)
-        routed = self.tokens * k  # token copies each attention group sends and receives
+            for task in tasks[1:]:
+                task.branch = "shared"
+        routed = self.tokens * k  # token copies each attention group sends (and, uniformly, receives)
+        received = routed * self.expert_load  # what the busiest GPU receives under skewed routing
         tasks.append(self._convert("mlp->expert_ffn1", "expert_ffn1", res_in, e1_in, h))
-        tasks.append(self._a2a("dispatch", "expert_ffn1", routed * h * self.act * self._hold(e1_in)))
+        tasks.append(self._a2a("dispatch", "expert_ffn1", received * h * self.act * self._hold(e1_in)))
         tasks.append(self._experts("expert_ffn1", self.tokens))
         tasks.append(self._convert("expert_ffn1->expert_ffn2", "expert_ffn2", self._layout("expert_ffn1", "out"),
-                                   self._layout("expert_ffn2", "in"), self.m.expert_ffn_size, tokens=routed))
+                                   self._layout("expert_ffn2", "in"), self.m.expert_ffn_size, tokens=received))
         tasks.append(self._experts("expert_ffn2", self.tokens))
-        tasks.append(self._a2a("combine", "expert_ffn2", routed * h * self.act * self._hold(e2_out)))
+        tasks.append(self._a2a("combine", "expert_ffn2", received * h * self.act * self._hold(e2_out)))
         tasks.append(self._convert("expert_ffn2->next", "expert_ffn2", e2_out, nxt, h))
         tasks.append(self._convert("residual->next", "expert_ffn2", res_in, nxt, h))
         return tasks
@@ -367,15 +374,19 @@ def _as_arrays(blocks: dict[str, list[Task]]) -> None:
                 task.extra["collective"] = np.array([int(task.extra["collective"])])
 
 
-def lower(ctx: CostContext, s: StrategyArrays, phase: str, context_len=None) -> dict[str, list[Task]]:
+def lower(ctx: CostContext, s: StrategyArrays, phase: str, context_len=None,
+          expert_load: float = 1.0) -> dict[str, list[Task]]:
     """Task blocks of one microbatch for ``phase`` (``prefill`` | ``decode``) at ``context_len``.
 
     ``context_len`` (decode only; scalar or one per strategy) defaults to the workload's input length.
+    ``expert_load`` scales the routed tokens the critical GPU receives (its share of the routing
+    times ``ep``): 1 for uniform routing as the proxy assumes; the simulator passes the busiest
+    GPU's load under a skewed routing distribution.
     """
     if phase not in ("prefill", "decode"):
         raise ValueError(f"lower: phase must be prefill or decode, got {phase!r}")
     context = ctx.workload.input_len if context_len is None else context_len
-    low = _Lowerer(ctx, s, phase, context)
+    low = _Lowerer(ctx, s, phase, context, expert_load)
     blocks = {"first": low.first(), "last": low.last(), "p2p": low.p2p()}
     if ctx.model.num_dense_layers > 0:
         blocks["dense_layer"] = low.layer(moe=False)

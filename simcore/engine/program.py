@@ -1,0 +1,79 @@
+"""Stage programs: what the GPUs of one pipeline stage run for one microbatch, in order.
+
+A program is the lowered tasks (:mod:`simcore.lowering`, the same ones the proxy sums) laid out
+layer by layer: the embedding on the first stage, the stage's dense then MoE layers, the LM head
+on the last stage, and the send to the next stage. All GPUs of a stage run the same program (its
+``tp * ep`` GPUs in every replica), which is what lets the simulator run one representative
+process per stage and microbatch instead of one per GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..lowering import CostContext, StrategyArrays, Task, lower
+from ..memory import stage_layers
+from ..strategy import Strategy
+
+__all__ = ["Op", "StageProgram", "build_programs"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One task instance: ``layer`` is -1 outside decoder layers; ``duration_s`` is the idle-fabric
+    cost (the proxy's); communication ops carry their collective, size and communicator."""
+
+    name: str
+    op: str
+    layer: int
+    is_comm: bool
+    duration_s: float
+    collective: str = ""
+    group: str = ""
+    size_bytes: float = 0.0
+    branch: str = ""
+
+    @classmethod
+    def from_task(cls, task: Task, layer: int) -> Op:
+        from .. import layout as L
+
+        code = int(task.extra.get("collective", [0])[0]) if task.is_comm else 0
+        return cls(task.name, task.op, layer, task.is_comm, float(task.time_s[0]) * task.count,
+                   L.COLLECTIVE_NAMES[code] if task.is_comm else "", task.group,
+                   float(task.size_bytes[0]) if task.is_comm else 0.0, task.branch)
+
+
+@dataclass
+class StageProgram:
+    stage: int
+    ops: list[Op]
+
+    @property
+    def duration_s(self) -> float:
+        """Time of one microbatch with every op back to back (no overlap, idle fabric)."""
+        return sum(op.duration_s for op in self.ops)
+
+
+def build_programs(ctx: CostContext, strategy: Strategy, phase: str, context_len=None,
+                   expert_load: float = 1.0) -> list[StageProgram]:
+    """One program per pipeline stage; communication ops that cost nothing are dropped."""
+    s = StrategyArrays.from_strategies([strategy])
+    blocks = lower(ctx, s, phase, context_len, expert_load)
+    dense, moe, _ = stage_layers(ctx.model, s.pp)
+    programs = []
+    layer = 0
+    for p in range(strategy.pp):
+        tasks: list[tuple[Task, int]] = []
+        if p == 0:
+            tasks += [(t, -1) for t in blocks["first"]]
+        for kind, count in (("dense_layer", dense[0, p]), ("moe_layer", moe[0, p])):
+            for _ in range(int(count)):
+                tasks += [(t, layer) for t in blocks[kind]]
+                layer += 1
+        if p == strategy.pp - 1:
+            tasks += [(t, -1) for t in blocks["last"]]
+        else:
+            tasks += [(t, -1) for t in blocks["p2p"]]
+        ops = [Op.from_task(t, i) for t, i in tasks]
+        programs.append(StageProgram(p, [op for op in ops if not (op.is_comm and op.collective == "none")]))
+    return programs
