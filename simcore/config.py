@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine.simulate import EngineConfig
+
 __all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig",
-           "build_context", "build_workload", "build_cluster", "ConfigError"]
+           "build_context", "build_workload", "build_cluster", "build_graph", "build_engine_config", "ConfigError"]
 
 
 class ConfigError(ValueError):
@@ -55,13 +57,15 @@ class WorkloadConfig:
     tpot_slo_ms: float | None = None
 
 
-@dataclass
-class SimConfig:
-    """Simulator switches (the proxy is the simulator with both off)."""
+# The simulator's switches (``sim`` group): contention, overlap, routing, placement, decode steps.
+SimConfig = EngineConfig
 
-    contention: bool = True
-    overlap: bool = True
-    seed: int = 0
+
+def build_engine_config(cfg) -> EngineConfig:
+    """The engine config of a composed ``sim`` node (validated by its ``__post_init__``)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cfg
 
 
 def build_workload(cfg: WorkloadConfig):

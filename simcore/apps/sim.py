@@ -18,7 +18,9 @@ from rich.table import Table
 
 from planner.config import SearchAppConfig
 from simcore.apps.common import UserError, atomic_write_json, cli_errors, console, run_dir
-from simcore.config import build_context
+from simcore.config import build_context, build_engine_config, build_graph
+from simcore.engine import simulate
+from simcore.engine.trace import write_trace
 from simcore.proxy import evaluate
 from simcore.strategy import Strategy
 
@@ -33,33 +35,80 @@ class SimAppConfig(SearchAppConfig):
 
 def _load(cfg: DictConfig) -> Strategy:
     if cfg.plan:
+        plan = _plan_file(str(cfg.plan))
+        if plan.get("model") not in (None, cfg.model.name):
+            raise UserError(f"plan: made for model {plan['model']!r} (scenario {plan.get('scenario')!r}), "
+                            f"the config has {cfg.model.name!r}; pass experiment={plan.get('scenario')} or model=...")
         return Strategy.from_yaml(str(cfg.plan))
     return Strategy.from_dict(OmegaConf.to_container(cfg.strategy, resolve=True) or {})
 
 
+def _plan_file(path: str) -> dict:
+    from pathlib import Path
+
+    import yaml
+
+    if not Path(path).is_file():
+        raise UserError(f"plan: no such file {path}")
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"plan: not valid YAML: {str(exc).splitlines()[0]}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _breakdown_table(title: str, proxy, sim) -> Table:
+    """Proxy and simulator side by side: step, latency, throughput, and the split of one step."""
+    table = Table(title=title)
+    for col in ("", "proxy", "simulator", "sim / proxy"):
+        table.add_column(col, justify="right" if col else "left")
+
+    def row(name, a, b, unit=1e3, fmt="{:.3f}"):
+        ratio = f"{b / a:.3f}" if a == a and b == b and a else "-"
+        table.add_row(name, "-" if a != a else fmt.format(a * unit), "-" if b != b else fmt.format(b * unit), ratio)
+
+    row("step (ms)", proxy.step_time_s, sim.step_time_s)
+    row("TTFT (ms)", proxy.ttft_s, sim.ttft_s)
+    row("TPOT (ms)", proxy.tpot_s, sim.tpot_s)
+    row("tokens/s/GPU", proxy.tokens_per_s_per_gpu, sim.tokens_per_s_per_gpu, unit=1, fmt="{:,.1f}")
+    comm = sum(v for k, v in proxy.by_category.items() if k.startswith("comm"))
+    split = sim.split[-1] if sim.split else {}
+    row("compute (ms, last stage)", proxy.by_category.get("compute", 0.0), split.get("compute", float("nan")))
+    row("communication exposed (ms)", comm, split.get("exposed_comm", float("nan")))
+    row("bubble + idle (ms)", proxy.by_category.get("bubble", 0.0),
+        split.get("bubble", float("nan")) + split.get("idle", float("nan")))
+    return table
+
+
 def run(cfg: DictConfig) -> dict:
-    """Evaluate the strategy, print the per-operator breakdown, write ``result.json``."""
+    """Simulate the strategy beside the proxy, print both, write ``result.json`` and ``trace.json``."""
     strategy = _load(cfg)
     ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
-    result = evaluate(ctx, strategy)
+    graph = build_graph(cfg.topology, cfg.hardware)
+    engine = build_engine_config(cfg.sim)
+    engine.trace = True
+    proxy = evaluate(ctx, strategy)
+    sim = simulate(ctx, graph, strategy, engine)
     con = console()
-    table = Table(title=f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
-                        f"{ctx.workload.phase} — proxy breakdown of one step")
-    table.add_column("operator / category")
-    table.add_column("ms", justify="right")
-    table.add_column("share", justify="right")
-    total = result.step_time_s
-    for name, value in sorted({**result.by_operator, **{f"[{k}]": v for k, v in result.by_category.items()}}
-                              .items(), key=lambda kv: -kv[1]):
-        table.add_row(name, f"{value * 1e3:.3f}", f"{value / total:.1%}")
-    con.print(table)
-    verdict = "valid" if result.valid else f"INVALID ({', '.join(result.reasons)})"
-    con.print(f"step {total * 1e3:.3f} ms, {result.tokens_per_s_per_gpu:,.1f} tokens/s/GPU, "
-                  f"{result.memory_per_gpu_bytes / 1e9:.1f} GB/GPU: {verdict}")
+    con.print(_breakdown_table(f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
+                               f"{ctx.workload.phase}, tp={strategy.tp} ep={strategy.ep} pp={strategy.pp} "
+                               f"dp={strategy.dp} batch={strategy.batch} mb={strategy.microbatches}", proxy, sim))
+    ops = Table(title="proxy: one step by operator")
+    ops.add_column("operator")
+    ops.add_column("ms", justify="right")
+    ops.add_column("share", justify="right")
+    for name, value in sorted(proxy.by_operator.items(), key=lambda kv: -kv[1]):
+        ops.add_row(name, f"{value * 1e3:.3f}", f"{value / proxy.step_time_s:.1%}")
+    con.print(ops)
+    for label, r in (("proxy", proxy), ("simulator", sim)):
+        verdict = "valid" if r.valid else f"INVALID ({', '.join(r.reasons)})"
+        con.print(f"{label}: {verdict}")
     out = run_dir()
-    payload = {"proxy": result.to_dict(), "scenario": cfg.scenario}
+    payload = {"scenario": cfg.scenario, "proxy": proxy.to_dict(), "sim": sim.to_dict()}
     atomic_write_json(out / "result.json", payload)
-    con.print(f"run dir: {out}")
+    if sim.trace is not None:
+        write_trace(out / "trace.json", sim.trace)
+    con.print(f"simulated in {sim.wall_s:.2f} s; run dir: {out}")
     return payload
 
 
@@ -71,4 +120,4 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 def main(cfg: DictConfig) -> float:
     if not cfg.plan and not cfg.strategy:
         raise UserError("give plan=PATH/best_plan.yaml or strategy.tp=... (see shard-sim --help)")
-    return float(run(cfg)["proxy"]["tokens_per_s_per_gpu"])
+    return float(run(cfg)["sim"]["tokens_per_s_per_gpu"])

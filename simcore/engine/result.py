@@ -30,6 +30,7 @@ class SimResult:
     proxy_tokens_per_s_per_gpu: float = float("nan")
     wall_s: float = 0.0
     network_events: int = 0
+    trace: dict | None = None
 
     def per_gpu_split(self) -> dict[str, dict[str, float]]:
         return {gpu: self.split[p] for p, gpus in enumerate(self.stage_gpus) for gpu in gpus}

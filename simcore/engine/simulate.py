@@ -27,6 +27,7 @@ from .placement import Placement
 from .program import build_programs
 from .result import SimResult, time_split
 from .routing import RoutingConfig, rank_loads
+from .trace import chrome_trace
 
 __all__ = ["EngineConfig", "simulate"]
 
@@ -45,6 +46,7 @@ class EngineConfig:
     seed: int = 0
     decode_steps: int = 4
     placement: str = "pack"
+    trace: bool = False  # keep what a Chrome trace needs (intervals, link utilization timelines)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
 
     def __post_init__(self) -> None:
@@ -60,6 +62,7 @@ class _Phase:
     periods: int
     events: int
     link_bytes: dict
+    utilization: dict
 
 
 def _expert_load(ctx: CostContext, s: Strategy, cfg: EngineConfig, tokens: float) -> float:
@@ -76,12 +79,10 @@ def _run_phase(ctx, graph, s: Strategy, cfg: EngineConfig, phase: str, context=N
     env = simpy.Environment()
     network = None
     if cfg.contention:
-        from topologies import gpu_nodes
-
         from ..network import FlowNetwork
 
-        network = FlowNetwork(env, graph, seed=cfg.seed)
-        placement = Placement(s, gpu_nodes(graph), int(graph.graph["gpus_per_node"]), cfg.placement)
+        network = FlowNetwork(env, graph, seed=cfg.seed, record=cfg.trace)
+        placement = Placement(s, _gpus(graph), int(graph.graph["gpus_per_node"]), cfg.placement)
         comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric)
     else:
         comm = AnalyticComm()
@@ -97,7 +98,8 @@ def _run_phase(ctx, graph, s: Strategy, cfg: EngineConfig, phase: str, context=N
         step_time = b
     events = network.events_processed if network is not None else 0
     link_bytes = network.link_bytes if network is not None else {}
-    return _Phase(step_time, ex.intervals, (a, b), periods, events, link_bytes)
+    utilization = network.utilization() if network is not None and cfg.trace else {}
+    return _Phase(step_time, ex.intervals, (a, b), periods, events, link_bytes, utilization)
 
 
 def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | None = None) -> SimResult:
@@ -153,8 +155,19 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
     result.split = split
     result.network_events = sum(run.events for run, _ in runs)
     result.link_utilization = _utilization(graph, runs) if cfg.contention else {}
+    if cfg.trace:  # the first phase (the prefill of a static batch, or the decode steps)
+        first = runs[0][0]
+        placement = Placement(strategy, _gpus(graph), int(graph.graph["gpus_per_node"]), cfg.placement)
+        result.stage_gpus = [placement.stage_gpus(p) for p in range(strategy.pp)]
+        result.trace = chrome_trace(first.intervals, result.stage_gpus, graph, first.utilization)
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def _gpus(graph) -> list[str]:
+    from topologies import gpu_nodes
+
+    return gpu_nodes(graph)
 
 
 def _utilization(graph, runs) -> dict[str, float]:
