@@ -1,4 +1,4 @@
-"""NCCL-faithful collectives: one analytic cost model (the proxy) and its flow-level execution (the simulator).
+"""NCCL-faithful collectives: one analytic cost model (the proxy), its flow execution (the simulator).
 
 * :mod:`.constants` - NCCL's Hopper tuning constants, our calibrated physical parameters, the fabric.
 * :mod:`.formulas` - latency and bandwidth of each (collective, algorithm, protocol) entry.

@@ -88,27 +88,31 @@ class NcclConstants:
     tree_ll_bw_divisor: float = 3.8                 # Tree LL: busBw / 3.8, capped by llMaxBw
     tree_ll128_bw_factor: tuple[float, float] = (7.0 / 9.0, 120.0 / 128.0)  # Tree LL128 (1 node, multi)
     tree_ll128_channel_max_bw: tuple[float, ...] = _gbps(36.7, 36.7, 29.0)  # perChMaxTreeLL128Bw
-    tree_correction: tuple[tuple[float, ...], ...] = _TREE_CORRECTION  # treeCorrectionFactor[proto][log2(B/64)]
+    # treeCorrectionFactor[proto][log2(bytes / 64)], applied to tree all-reduce bandwidth
+    tree_correction: tuple[tuple[float, ...], ...] = _TREE_CORRECTION
     nvls_efficiency: float = 0.85                   # nvlsEfficiency, Hopper (Blackwell 0.74)
     nvls_tree_channel_max_bw: tuple[float, ...] = _gbps(0.0, 57.7, 45.5)  # perChMaxNVLSTreeBw (2 / 3+ nodes)
     # ---- channel counts (topology search, search.cc / nvls.cc) ----
     ring_channels: int = 16                         # ring/tree channels on an HGX H100 node
-    nvls_max_channels: int = 16                     # NVLS_NCHANNELS_SM90; NVLS uses one channel per local rank
-    nvls_max_arity: int = 32                        # NCCL_MAX_NVLS_ARITY: NVLS all-gather/reduce-scatter limit
+    nvls_max_channels: int = 16                     # NVLS_NCHANNELS_SM90 (one channel per local rank)
+    nvls_max_arity: int = 32                        # NCCL_MAX_NVLS_ARITY: NVLS all-gather/reduce-scatter
     max_channel_bw_intra: float = 60.0 * _GB        # fastest per-channel speed NCCL's sm90 search tries
-    # ---- calibrated physical parameters: validation/fit_collectives.py ----
-    # Fraction of the per-direction NVLink rate a ring channel set reaches (NCCL itself assumes
-    # 20.6 GB/s x 18 links = 370.8 of 450 GB/s = 0.824).
-    nvlink_efficiency: float = 0.8168
+    # ---- calibrated physical parameters: fitted by `python -m validation.fit_collectives` ----
+    # on validation/data/collectives_calibration.csv (301 rows; bandwidth terms on the 46 rows >= 1 GiB,
+    # the launch overhead on all rows).
+    # Fraction of the per-direction NVLink rate a set of ring channels reaches (0.795 x 450 = 358 GB/s;
+    # NCCL itself assumes 20.6 GB/s x 18 links = 370.8 GB/s = 0.824).
+    nvlink_efficiency: float = 0.7952
     # Fraction of the NIC line rate reached (NCCL maintainers: 46-48 of 50 GB/s per NDR NIC). A prior, not
-    # fitted: the calibration rows are bound by NVLink and NIC alike, so they cannot identify it.
+    # fitted: the two multi-node calibration rows are bound by NVLink and the NICs alike.
     nic_efficiency: float = 0.92
     # Host/runtime cost of issuing one collective (kernel launch, framework call), added to every one.
-    launch_overhead_s: float = 8.1 * _US
-    # Extra, un-overlapped steps in the bandwidth term of one ring pass (pipeline fill and drain),
-    # split into passes that copy (all-gather) and passes that reduce (reduce-scatter).
-    ring_fill_steps_copy: float = 0.0
-    ring_fill_steps_reduce: float = 0.0
+    launch_overhead_s: float = 18.03 * _US
+    # Un-overlapped steps added to the bandwidth term of one ring pass (pipeline fill and drain), for
+    # passes that copy (all-gather) and that reduce (reduce-scatter); all-reduce has one of each. They
+    # carry the measured fall of ring busbw at 2 and 4 GPUs (XLA table; nccl-tests at 8 GPUs shows less).
+    ring_fill_steps_copy: float = 0.2346
+    ring_fill_steps_reduce: float = 0.6641
 
     def __post_init__(self) -> None:
         for name in ("nvlink_efficiency", "nic_efficiency", "nvls_efficiency"):
@@ -151,7 +155,8 @@ class Fabric:
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"Fabric.{name} must be positive and finite, got {value!r}")
         if not (isinstance(self.nvlink_domain_size, int) and self.nvlink_domain_size >= 1):
-            raise ValueError(f"Fabric.nvlink_domain_size must be a positive int, got {self.nvlink_domain_size!r}")
+            raise ValueError(f"Fabric.nvlink_domain_size must be a positive int, got "
+                             f"{self.nvlink_domain_size!r}")
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, nvlink_domain_size: int | None = None) -> Fabric:

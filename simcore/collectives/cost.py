@@ -50,22 +50,27 @@ def candidates(collective: str, algorithm: str = "auto", protocol: str = "auto")
     _check_name("collective", collective, COLLECTIVES)
     if algorithm != "auto":
         _check_name("algorithm", algorithm, ALGORITHMS + ("auto",))
-        _check_name(f"algorithm for {collective}", algorithm, ALGORITHMS_BY_COLLECTIVE[collective] + ("auto",))
+        valid = ALGORITHMS_BY_COLLECTIVE[collective] + ("auto",)
+        _check_name(f"algorithm for {collective}", algorithm, valid)
     if protocol != "auto":
         _check_name("protocol", protocol, PROTOCOLS + ("auto",))
     algos = AUTO_ALGORITHMS[collective] if algorithm == "auto" else (algorithm,)
     protos = PROTOCOLS if protocol == "auto" else (protocol,)
-    return [(a, p) for a in algos for p in protos]
+    # NVLS and NVLSTree run Simple only: with protocol "auto" the other entries are not even costed.
+    return [(a, p) for a in algos for p in protos
+            if protocol != "auto" or p == "simple" or a not in ("nvls", "nvls_tree")]
 
 
 def make_shape(size_bytes, n_ranks, ranks_per_node, fabric: Fabric) -> Shape:
     """Broadcast and check the call arrays; nodes = ceil(n_ranks / ranks_per_node)."""
     size, n, p = np.broadcast_arrays(np.asarray(size_bytes, dtype=float), np.asarray(n_ranks, dtype=float),
                                      np.asarray(ranks_per_node, dtype=float))
-    if not np.all(np.isfinite(size) & (size >= 0)):
-        raise ValueError(f"size_bytes must be finite and >= 0, got {_first_bad(size, ~(np.isfinite(size) & (size >= 0)))}")
-    if not np.all((n >= 1) & (n == np.round(n))):
-        raise ValueError(f"n_ranks must be a positive integer, got {_first_bad(n, ~((n >= 1) & (n == np.round(n))))}")
+    ok_size = np.isfinite(size) & (size >= 0)
+    if not np.all(ok_size):
+        raise ValueError(f"size_bytes must be finite and >= 0, got {_first_bad(size, ~ok_size)}")
+    ok_n = (n >= 1) & (n == np.round(n))
+    if not np.all(ok_n):
+        raise ValueError(f"n_ranks must be a positive integer, got {_first_bad(n, ~ok_n)}")
     ok_p = (p >= 1) & (p == np.round(p)) & (p <= n)
     if not np.all(ok_p):
         raise ValueError(f"ranks_per_node must be an integer in [1, n_ranks], got {_first_bad(p, ~ok_p)}")
@@ -105,8 +110,8 @@ def collective_time_s(collective: str, size_bytes, n_ranks, ranks_per_node, fabr
     the smallest NCCL-model time, as NCCL does; a forced algorithm/protocol that cannot run a
     configuration gives ``inf`` there. ``n_ranks == 1`` or ``size_bytes == 0`` costs 0.
     """
-    _, time = _choose(entry_costs(collective, size_bytes, n_ranks, ranks_per_node, fabric, algorithm, protocol,
-                                  constants))
+    _, time = _choose(entry_costs(collective, size_bytes, n_ranks, ranks_per_node, fabric, algorithm,
+                                  protocol, constants))
     return time
 
 

@@ -14,12 +14,18 @@ Our stand-in for NCCL's topology search, so that any fabric works (all per GPU p
   so ``bw_ch = min(60 GB/s, B_nvl / (nCh + 1))``, NCCL's search rule. This is what makes NCCL pick ring
   up to 4 GPUs per node and NVLS from 5.
 
-Deviation from NCCL (documented): a 2-node tree's bandwidth is capped by the NICs (``2 X``, as a 2-node
-double binary tree moves S per node), where NCCL uses the intra-node rate alone; NVLS needs one node
-(multi-node NVLS needs CollNet/SHARP, which we do not model); PAT and CollNet are not modelled.
+Deviations from NCCL (documented):
 
-Calibrated extras (not part of NCCL's prediction, so they never change its choice): ``launch_s`` (the
-fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps).
+* a 2-node tree's bandwidth is capped by the NICs (``2 X``: a 2-node double binary tree moves S per
+  domain), where NCCL uses the intra-node rate alone;
+* NVLSTree's algBw is capped by what its inter-domain double binary tree can move through the NICs
+  (``X`` at 2 domains, ``X / 2`` beyond), which NCCL's ``n / nsteps`` conversion slightly exceeds at
+  small rank counts;
+* NVLS needs one domain (multi-node NVLS needs CollNet/SHARP, not modelled); PAT and CollNet are not
+  modelled.
+
+Calibrated extras (not part of NCCL's prediction, so they never change its choice): ``extra_latency_s``
+(the fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import numpy as np
 
 from .constants import Fabric, NcclConstants
 
-__all__ = ["EntryCost", "Shape", "entry_cost", "hierarchical_phases", "PROTO_INDEX"]
+__all__ = ["EntryCost", "Shape", "entry_cost", "hierarchical_phases", "PROTO_INDEX", "ring_bus_bandwidth",
+           "nvls_channel_bandwidth", "p2p_bandwidths"]
 
 PROTO_INDEX = {"ll": 0, "ll128": 1, "simple": 2}
 _SIMPLE = 2
@@ -39,10 +46,10 @@ _SIMPLE = 2
 class EntryCost(NamedTuple):
     """Cost pieces of one entry, seconds (arrays): NCCL's latency and S/algBw, plus calibrated extras."""
 
-    latency_s: np.ndarray
-    bandwidth_s: np.ndarray
-    launch_s: np.ndarray
-    fill_s: np.ndarray
+    latency_s: np.ndarray        # NCCL's latency term
+    bandwidth_s: np.ndarray      # NCCL's S / algBw (tree correction included)
+    extra_latency_s: np.ndarray  # calibrated: launch overhead
+    fill_s: np.ndarray           # calibrated: un-overlapped ring fill steps
 
     @property
     def nccl_time_s(self) -> np.ndarray:
@@ -51,8 +58,8 @@ class EntryCost(NamedTuple):
 
     @property
     def time_s(self) -> np.ndarray:
-        """Our prediction: NCCL's plus the calibrated launch overhead and ring fill."""
-        return self.latency_s + self.bandwidth_s + self.launch_s + self.fill_s
+        """Our prediction: NCCL's plus the calibrated extras."""
+        return self.latency_s + self.bandwidth_s + self.extra_latency_s + self.fill_s
 
 
 class Shape(NamedTuple):
@@ -112,7 +119,8 @@ def _ring(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclConstants)
         step_s = S / (n * bus)
     overhead = np.where(nodes > 1, c.net_overhead_s * (3.0 if proto == _SIMPLE else 1.0), 0.0)
     intra_hop = np.maximum(c.ring_nvlink_hop_latency_s[proto], overhead)
-    latency = c.ring_base_latency_s[proto] + (nsteps - inter) * intra_hop + inter * _inter_hop(proto, shape, c)
+    inter_hop = _inter_hop(proto, shape, c)
+    latency = c.ring_base_latency_s[proto] + (nsteps - inter) * intra_hop + inter * inter_hop
     if ar and proto == _SIMPLE:
         with np.errstate(divide="ignore", invalid="ignore"):
             plateau = (nodes > 1) & (S / (c.ring_channels * n) >= c.ring_plateau_min_bytes)
@@ -179,6 +187,8 @@ def _nvls_tree(shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> En
         inter = b_nics / nch * np.where(nodes <= 2, 2.0, 1.0)
         cap = np.asarray(c.nvls_tree_channel_max_bw)[_bucket(nodes)]
         alg = nch * np.minimum(np.minimum(intra, inter), cap) * n / (2.0 * (n - 1))
+        # physical cap: the inter-domain double binary tree moves S (2 domains) or 2S (more) per domain
+        alg = np.minimum(alg, b_nics * np.where(nodes <= 2, 1.0, 0.5))
         bandwidth = np.where(ok, S / alg, np.inf)
     latency = c.nvls_tree_nvlink_latency_s + 2.0 * _log2i(nodes) * (c.nvls_tree_net_latency_s
                                                                    + 2.0 * c.net_latency_s)
@@ -201,13 +211,15 @@ def hierarchical_phases(coll: str, shape: Shape) -> list[tuple[str, Shape]]:
 
 
 def _hierarchical(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> EntryCost:
-    parts = [_zero_if_trivial(_ring(sub, sub_shape, fabric, proto, c), sub_shape)
+    c0 = c.with_overrides(launch_overhead_s=0.0)  # one launch for the whole schedule
+    parts = [_zero_if_trivial(_ring(sub, sub_shape, fabric, proto, c0), sub_shape)
              for sub, sub_shape in hierarchical_phases(coll, shape)]
     total = [sum(part[i] for part in parts) for i in range(4)]
-    return EntryCost(total[0], total[1], np.full_like(shape.size, c.launch_overhead_s), total[3])
+    return EntryCost(total[0], total[1], total[2] + c.launch_overhead_s, total[3])
 
 
-def p2p_bandwidths(shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> tuple[np.ndarray, np.ndarray]:
+def p2p_bandwidths(shape: Shape, fabric: Fabric, proto: int,
+                   c: NcclConstants) -> tuple[np.ndarray, np.ndarray]:
     """(NVLink, NIC) per-GPU bandwidth of point-to-point traffic under ``proto``."""
     b_nvl = c.nvlink_efficiency * fabric.nvlink_bandwidth_bytes_per_s
     b_nic = c.nic_efficiency * fabric.nic_bandwidth_bytes_per_s
@@ -225,10 +237,11 @@ def _all_to_all(algo: str, shape: Shape, fabric: Fabric, proto: int, c: NcclCons
     with np.errstate(divide="ignore", invalid="ignore"):
         if algo == "direct":
             bandwidth = np.maximum(S / n * (p - 1) / f_nvl, S / n * (n - p) / f_nic)
-            latency = c.ring_base_latency_s[proto] + hop
+            steps = np.ones_like(S)
         else:  # pairwise: n-1 steps; with more than one domain every step has a cross-domain pair
             bandwidth = (n - 1) * S / n / np.where(nodes > 1, f_nic, f_nvl)
-            latency = c.ring_base_latency_s[proto] + (n - 1) * hop
+            steps = n - 1
+    latency = c.ring_base_latency_s[proto] + steps * hop
     return EntryCost(latency, bandwidth, np.full_like(S, c.launch_overhead_s), np.zeros_like(S))
 
 
@@ -236,7 +249,8 @@ def _send_recv(shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> En
     S, nodes = shape.size, shape.nodes
     f_nvl, f_nic = p2p_bandwidths(shape, fabric, proto, c)
     bandwidth = S / np.where(nodes > 1, f_nic, f_nvl)
-    latency = c.ring_base_latency_s[proto] + _p2p_hop(proto, shape, c)
+    hop = _p2p_hop(proto, shape, c)
+    latency = c.ring_base_latency_s[proto] + hop
     return EntryCost(latency, bandwidth, np.full_like(S, c.launch_overhead_s), np.zeros_like(S))
 
 

@@ -12,6 +12,25 @@ from .program import Op
 __all__ = ["AnalyticComm", "FlowComm"]
 
 
+def _rail_peer(graph, src: str, dst: str) -> str | None:
+    """The GPU in ``src``'s node on ``dst``'s rail (same local index), if the graph names it."""
+    node, local = graph.nodes[src].get("node"), graph.nodes[dst].get("local")
+    per = graph.graph.get("gpus_per_node")
+    if node is None or local is None or not per:
+        return None
+    peer = f"gpu{int(node) * int(per) + int(local)}"
+    return peer if peer in graph else None
+
+
+def _disjoint(link_sets: list[set]) -> bool:
+    seen: set = set()
+    for links in link_sets:
+        if seen & links:
+            return False
+        seen |= links
+    return True
+
+
 class AnalyticComm:
     """Contention off: every collective takes its idle-fabric cost, exactly what the proxy charges."""
 
@@ -26,17 +45,40 @@ class FlowComm:
     On an idle fabric a collective takes its analytic cost (``tests/test_collectives.py``); sharing
     links with other collectives slows it down."""
 
-    def __init__(self, network, placement: Placement, constants=None, fabric=None):
+    def __init__(self, network, placement: Placement, constants=None, fabric=None, representative: bool = True):
         self.network, self.placement = network, placement
         self.kwargs = {} if constants is None else {"constants": constants}
         self.fabric = fabric
+        self.representative = representative
         self._groups: dict[tuple[str, int], list[list[str]]] = {}
 
     def groups(self, group: str, stage: int) -> list[list[str]]:
+        """The communicators to put on the network. Identical concurrent groups whose traffic can
+        never share a link are represented by the first one alone (exact by symmetry); groups that
+        may share links all run, so their contention is modelled explicitly."""
         key = (group, stage)
         if key not in self._groups:
-            self._groups[key] = self.placement.groups(group, stage)
+            groups = self.placement.groups(group, stage)
+            if self.representative and len(groups) > 1 and _disjoint([self._links(g) for g in groups]):
+                groups = groups[:1]
+            self._groups[key] = groups
         return self._groups[key]
+
+    def _links(self, ranks: list[str]) -> set:
+        """Every link any flow among ``ranks`` may use: the shortest path of each pair, and the
+        NVLink-then-rail detour NCCL's PXN takes between rails (a superset of the real flows)."""
+        net, graph = self.network, self.network.graph
+        links: set = set()
+        for a in ranks:
+            for b in ranks:
+                if a == b:
+                    continue
+                links.update(net.path(a, b))
+                peer = _rail_peer(graph, a, b)
+                if peer is not None and peer not in (a, b):
+                    links.update(net.path(a, peer))
+                    links.update(net.path(peer, b))
+        return links
 
     def run(self, env: simpy.Environment, stage: int, op: Op):
         if op.size_bytes <= 0:

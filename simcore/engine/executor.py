@@ -62,47 +62,110 @@ def _plan(ops: list[Op], overlap: bool) -> list[tuple[str, object]]:
     return items
 
 
+def _segments(items: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Merge runs of consecutive compute ops into ``("seg", ops)``: one microbatch's kernels between
+    two collectives are issued back to back on its compute stream (as a captured CUDA graph is), so
+    they hold the stream together and cost one simulator event instead of one each. Branch ops are
+    merged inside their fork the same way."""
+    out: list[tuple[str, object]] = []
+    for kind, item in items:
+        if kind == "fork":
+            out.append(("fork", _segments([("op", op) for op in item])))
+        elif kind == "op" and not item.is_comm and out and out[-1][0] == "seg":
+            out[-1][1].append(item)
+        elif kind == "op" and not item.is_comm:
+            out.append(("seg", [item]))
+        else:
+            out.append((kind, item))
+    return out
+
+
 class Executor:
-    """Owns the streams and the interval log of one simulated phase."""
+    """Owns the streams and the interval log of one simulated phase.
+
+    Overlap off: each stage has one stream that a microbatch holds for its whole stage pass, in
+    order (one CUDA stream, as the proxy assumes). Overlap on: a preemptive-priority compute stream
+    and a communication stream; the earliest (step, microbatch) has priority, so a later microbatch
+    fills the compute stream only while earlier ones wait on communication, and yields it back as
+    soon as they return (kernel-boundary preemption, as CUDA stream priorities do).
+    """
 
     def __init__(self, env: simpy.Environment, programs: list[StageProgram], comm, overlap: bool):
         self.env, self.programs, self.comm, self.overlap = env, programs, comm, overlap
         self.streams = []
         for _ in programs:
-            compute = simpy.PriorityResource(env, capacity=1)
-            self.streams.append({"compute": compute,
-                                 "comm": simpy.PriorityResource(env, capacity=1) if overlap else compute})
-        self.plans = [_plan(p.ops, overlap) for p in programs]
+            if overlap:
+                self.streams.append({"compute": simpy.PreemptiveResource(env, capacity=1),
+                                     "comm": simpy.PriorityResource(env, capacity=1)})
+            else:
+                self.streams.append({"stage": simpy.Resource(env, capacity=1)})
+        self.plans = [_segments(_plan(p.ops, overlap)) for p in programs]
         self.intervals: list[Interval] = []
 
-    def _run_op(self, stage: int, op: Op, microbatch: int, step: int):
-        stream = "comm" if op.is_comm else "compute"
-        with self.streams[stage][stream].request(priority=step * 10_000 + microbatch) as req:
-            yield req
-            start = self.env.now
-            if op.is_comm:
-                yield from self.comm.run(self.env, stage, op)
-            elif op.duration_s > 0:
-                yield self.env.timeout(op.duration_s)
-            self.intervals.append(Interval(stage, stream, op.name, op.op, op.layer, microbatch, step,
-                                           start, self.env.now))
+    def _log(self, stage, stream, op: Op, microbatch, step, start, end) -> None:
+        self.intervals.append(Interval(stage, stream, op.name, op.op, op.layer, microbatch, step, start, end))
 
-    def _branch(self, stage: int, ops: list[Op], microbatch: int, step: int):
-        for op in ops:
-            yield from self._run_op(stage, op, microbatch, step)
+    def _comm(self, stage: int, op: Op, microbatch: int, step: int):
+        start = self.env.now
+        yield from self.comm.run(self.env, stage, op)
+        self._log(stage, "comm", op, microbatch, step, start, self.env.now)
 
-    def stage_pass(self, stage: int, microbatch: int, step: int, ready: simpy.Event):
-        """Process: one microbatch through one stage, after ``ready`` fires."""
-        yield ready
+    def _compute(self, stage: int, ops: list[Op], microbatch: int, step: int):
+        """Kernels back to back; with overlap on, preemptible between (and within) kernels."""
+        left = [op.duration_s for op in ops]
+        i = 0
+        while i < len(ops):
+            if not self.overlap:
+                start = self.env.now
+                yield self.env.timeout(sum(left[i:]))
+                for op, d in zip(ops[i:], left[i:], strict=True):
+                    self._log(stage, "compute", op, microbatch, step, start, start + d)
+                    start += d
+                return
+            with self.streams[stage]["compute"].request(priority=step * 10_000 + microbatch) as req:
+                yield req
+                start = self.env.now
+                try:
+                    yield self.env.timeout(sum(left[i:]))
+                    elapsed = float("inf")
+                except simpy.Interrupt:  # an earlier microbatch came back from communication
+                    elapsed = self.env.now - start
+                t = start
+                while i < len(ops) and (left[i] <= elapsed + 1e-15 or elapsed == float("inf")):
+                    self._log(stage, "compute", ops[i], microbatch, step, t, t + left[i])
+                    t += left[i]
+                    elapsed -= left[i]
+                    i += 1
+                if i < len(ops) and elapsed > 0:  # the kernel cut short resumes later
+                    self._log(stage, "compute", ops[i], microbatch, step, t, t + elapsed)
+                    left[i] -= elapsed
+
+    def _run_items(self, stage: int, items, microbatch: int, step: int):
         branch = None
-        for kind, item in self.plans[stage]:
-            if kind == "op":
-                yield from self._run_op(stage, item, microbatch, step)
+        for kind, item in items:
+            if kind == "seg":
+                yield from self._compute(stage, item, microbatch, step)
+            elif kind == "op" and self.overlap:
+                with self.streams[stage]["comm"].request(priority=step * 10_000 + microbatch) as req:
+                    yield req
+                    yield from self._comm(stage, item, microbatch, step)
+            elif kind == "op":
+                yield from self._comm(stage, item, microbatch, step)
             elif kind == "fork":
-                branch = self.env.process(self._branch(stage, item, microbatch, step))
+                branch = self.env.process(self._run_items(stage, item, microbatch, step))
             elif branch is not None:
                 yield branch
                 branch = None
+
+    def stage_pass(self, stage: int, microbatch: int, step: int, ready: simpy.Event):
+        """Process: one microbatch through one stage, after ``ready`` fires; value: its finish time."""
+        yield ready
+        if self.overlap:
+            yield from self._run_items(stage, self.plans[stage], microbatch, step)
+        else:
+            with self.streams[stage]["stage"].request() as req:
+                yield req
+                yield from self._run_items(stage, self.plans[stage], microbatch, step)
         return self.env.now
 
     def run_pipeline(self, microbatches: int, steps: int) -> list[list[float]]:

@@ -47,6 +47,7 @@ class EngineConfig:
     decode_steps: int = 4
     placement: str = "pack"
     trace: bool = False  # keep what a Chrome trace needs (intervals, link utilization timelines)
+    representative: bool = True  # one group stands for identical groups that share no link
     routing: RoutingConfig = field(default_factory=RoutingConfig)
 
     def __post_init__(self) -> None:
@@ -83,7 +84,7 @@ def _run_phase(ctx, graph, s: Strategy, cfg: EngineConfig, phase: str, context=N
 
         network = FlowNetwork(env, graph, seed=cfg.seed, record=cfg.trace)
         placement = Placement(s, _gpus(graph), int(graph.graph["gpus_per_node"]), cfg.placement)
-        comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric)
+        comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric, cfg.representative)
     else:
         comm = AnalyticComm()
     ex = Executor(env, programs, comm, cfg.overlap)

@@ -22,17 +22,18 @@ import numpy as np
 
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
 
-__all__ = ["COLUMNS", "REQUIRED_COLUMNS", "Case", "load_rows", "parse_row", "simulate_case", "summarize", "run",
-           "main", "DEFAULT_DATA"]
+__all__ = ["COLUMNS", "REQUIRED_COLUMNS", "Case", "load_rows", "parse_row", "simulate_case", "summarize",
+           "run", "evaluate", "main", "DEFAULT_DATA", "busbw_factor"]
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "collectives_calibration.csv"
-COLUMNS = ("source_url", "setting", "nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us",
-           "algbw_GBps", "busbw_GBps", "note")
-REQUIRED_COLUMNS = ("nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us", "algbw_GBps",
-                    "busbw_GBps")
+COLUMNS = ("source_url", "setting", "nodes", "gpus_per_node", "collective", "algorithm", "size_bytes",
+           "time_us", "algbw_GBps", "busbw_GBps", "note")
+REQUIRED_COLUMNS = ("nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us",
+                    "algbw_GBps", "busbw_GBps")
 OUTPUT_COLUMNS = ("sim_time_us", "sim_busbw_GBps", "sim_algorithm", "rel_error", "skipped_reason")
 _COLLECTIVE = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
-               "allgather": "all_gather", "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
+               "allgather": "all_gather", "reduce_scatter": "reduce_scatter",
+               "reducescatter": "reduce_scatter",
                "alltoall": "all_to_all", "all_to_all": "all_to_all", "send_recv": "send_recv",
                "sendrecv": "send_recv"}
 _ALGORITHM = {"default": "auto", "auto": "auto", "ring": "ring", "tree": "tree", "nvls": "nvls",
@@ -53,6 +54,7 @@ class Case:
     size_bytes: float
     measured_time_s: float
     concurrent_groups: int = 1
+    source: str = ""
 
     @property
     def n_ranks(self) -> int:
@@ -73,7 +75,7 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
         header = [h.strip() for h in (reader.fieldnames or [])]
         for name in header:
             if name not in COLUMNS:
-                raise ValueError(f"{path}: unknown column {name!r}; expected the columns {', '.join(COLUMNS)}")
+                raise ValueError(f"{path}: unknown column {name!r}; expected columns {', '.join(COLUMNS)}")
         for name in REQUIRED_COLUMNS:
             if name not in header:
                 raise ValueError(f"{path}: missing required column {name!r}")
@@ -89,7 +91,8 @@ def _number(row: dict[str, str], field: str, kind=float):
     except ValueError:
         raise ValueError(f"{field}: cannot parse {text!r}") from None
     if not math.isfinite(value) or value <= 0 or (kind is int and value != float(text)):
-        raise ValueError(f"{field}: must be a positive {'integer' if kind is int else 'number'}, got {text!r}")
+        what = "integer" if kind is int else "number"
+        raise ValueError(f"{field}: must be a positive {what}, got {text!r}")
     return value
 
 
@@ -117,7 +120,7 @@ def parse_row(row: dict[str, str]) -> Case:
         raise ValueError("no time_us, algbw_GBps or usable busbw_GBps")
     match = re.search(r"(\d+)\s+concurrent group", row.get("setting", "") + " " + row.get("note", ""))
     groups = int(match.group(1)) if match else 1
-    return Case(coll, algo, nodes, per_node, size, measured, groups)
+    return Case(coll, algo, nodes, per_node, size, measured, groups, row.get("source_url", ""))
 
 
 def _topology(nodes: int):
@@ -126,8 +129,13 @@ def _topology(nodes: int):
     return build_topology("hgx-h100") if nodes == 1 else build_topology("h100-ib-rail", num_nodes=nodes)
 
 
-def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants = DEFAULT) -> tuple[float, str]:
-    """(simulated time in seconds, algorithm used) for one case."""
+def simulate_case(case: Case, engine: str = "analytic",
+                  constants: NcclConstants = DEFAULT) -> tuple[float, str]:
+    """(simulated time in seconds, algorithm used) for one case.
+
+    The flow engine places ``concurrent_groups`` groups side by side (iota over the node's GPUs) and
+    runs them together; the analytic model has no contention, so there they change nothing.
+    """
     graph = _topology(case.nodes)
     fabric = Fabric.from_topology(graph)
     args = (case.collective, case.size_bytes, case.n_ranks, case.gpus_per_node, fabric)
@@ -164,10 +172,11 @@ def summarize(records: list[dict], engine: str = "analytic") -> dict:
         rows = [r for r in used if r["_band"] == band]
         if rows:
             summary["bands"][band] = _stats([r["_err"] for r in rows])
-    keys = sorted({(r["_case"].collective, r["_case"].n_ranks, r["_band"]) for r in used})
-    for coll, n, band in keys:
-        errs = [r["_err"] for r in used if (r["_case"].collective, r["_case"].n_ranks, r["_band"]) == (coll, n, band)]
-        summary["groups"][f"{coll}/{n}gpu/{band}"] = _stats(errs)
+    groups: dict[tuple[str, int, str], list[float]] = {}
+    for r in used:
+        groups.setdefault((r["_case"].collective, r["_case"].n_ranks, r["_band"]), []).append(r["_err"])
+    for coll, n, band in sorted(groups):
+        summary["groups"][f"{coll}/{n}gpu/{band}"] = _stats(groups[(coll, n, band)])
     return summary
 
 
@@ -199,7 +208,8 @@ def _write_rows(records: list[dict], path: Path) -> None:
 
 
 def plot_busbw(records: list[dict], path: Path) -> None:
-    """Measured (dots) vs simulated (line) busbw over size, one panel per collective x GPU count."""
+    """Measured (dots) vs simulated (crosses) busbw over size, a panel per collective x GPU count and a
+    colour per requested algorithm (``auto`` = NCCL's choice)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -211,47 +221,58 @@ def plot_busbw(records: list[dict], path: Path) -> None:
     rows = max(1, math.ceil(len(keys) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, (coll, n) in zip(axes.flat, keys, strict=False):
-        pts = sorted((r for r in used if (r["_case"].collective, r["_case"].n_ranks) == (coll, n)),
-                     key=lambda r: r["_case"].size_bytes)
-        size = np.array([r["_case"].size_bytes for r in pts])
         factor = busbw_factor(coll, n) / 1e9
-        ax.semilogx(size, size / np.array([r["_case"].measured_time_s for r in pts]) * factor, "o", ms=3,
-                    label="measured")
-        ax.semilogx(size, size / np.array([r["_sim_s"] for r in pts]) * factor, "-", label="simulated")
+        panel = [r for r in used if (r["_case"].collective, r["_case"].n_ranks) == (coll, n)]
+        for k, algo in enumerate(sorted({r["_case"].algorithm for r in panel})):
+            pts = sorted((r for r in panel if r["_case"].algorithm == algo),
+                         key=lambda r: r["_case"].size_bytes)
+            size = np.array([r["_case"].size_bytes for r in pts])
+            measured = size / np.array([r["_case"].measured_time_s for r in pts]) * factor
+            simulated = size / np.array([r["_sim_s"] for r in pts]) * factor
+            ax.semilogx(size, measured, "o", ms=3, color=f"C{k}", label=f"{algo} measured")
+            ax.semilogx(size, simulated, "x-", ms=4, lw=1, color=f"C{k}", label=f"{algo} simulated")
         ax.set_title(f"{coll} {n} GPUs", fontsize=9)
         ax.set_xlabel("size (bytes)", fontsize=8)
         ax.set_ylabel("busbw (GB/s)", fontsize=8)
+        ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
-    if keys:
-        axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def run(data_path: str | Path, out_dir: str | Path, constants: NcclConstants = DEFAULT,
-        engine: str = "analytic") -> dict:
-    """Simulate every row of ``data_path``; write rows.csv, summary.json, busbw.png; return the summary."""
+def evaluate(data_path: str | Path, engine: str = "analytic",
+             constants: NcclConstants = DEFAULT) -> list[dict]:
+    """One record per CSV row: its columns, the simulated figures, private ``_case``/``_err``/``_sim_s``."""
     if engine not in ("analytic", "flow"):
         raise ValueError(f"unknown engine {engine!r}; choose one of: analytic, flow")
-    rows = load_rows(data_path)
+    return _simulate_all(load_rows(data_path), engine, constants)
+
+
+def _write_outputs(records: list[dict], out_dir: str | Path, engine: str) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    records = _simulate_all(rows, engine, constants)
     summary = summarize(records, engine)
     _write_rows(records, out / "rows.csv")
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     plot_busbw(records, out / "busbw.png")
-    summary["_records"] = records
     return summary
 
 
+def run(data_path: str | Path, out_dir: str | Path, constants: NcclConstants = DEFAULT,
+        engine: str = "analytic") -> dict:
+    """Simulate every row of ``data_path``; write rows.csv, summary.json, busbw.png; return the summary."""
+    return _write_outputs(evaluate(data_path, engine, constants), out_dir, engine)
+
+
 def _print_table(records: list[dict]) -> None:
-    print(f"{'collective':15s} {'gpus':>4s} {'size':>12s} {'algo':>12s} {'meas_us':>10s} {'sim_us':>10s} {'err':>7s}")
+    print(f"{'collective':15s} {'gpus':>4s} {'size':>12s} {'algo':>12s} {'meas_us':>10s} {'sim_us':>10s} "
+          f"{'err':>7s}")
     for r in records:
         if r["skipped_reason"]:
-            print(f"{r['collective']:15s} {r['nodes']}x{r['gpus_per_node']:<2s} skipped: {r['skipped_reason']}")
+            where = f"{r['nodes']}x{r['gpus_per_node']}"
+            print(f"{r['collective']:15s} {where:>4s} skipped: {r['skipped_reason']}")
             continue
         c = r["_case"]
         print(f"{c.collective:15s} {c.n_ranks:4d} {c.size_bytes:12.0f} {r['sim_algorithm']:>12s} "
@@ -264,8 +285,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="outputs/collectives", help="output folder")
     parser.add_argument("--engine", default="analytic", choices=("analytic", "flow"))
     args = parser.parse_args(argv)
-    summary = run(args.data, args.out, engine=args.engine)
-    _print_table(summary.pop("_records"))
+    records = evaluate(args.data, args.engine)
+    summary = _write_outputs(records, args.out, args.engine)
+    _print_table(records)
     for band, stats in summary.get("bands", {}).items():
         print(f"band {band:7s}: rows {stats['rows']:4d}  geomean |err| {stats['geomean_abs_rel_error']:.1%}  "
               f"median |err| {stats['median_abs_rel_error']:.1%}")

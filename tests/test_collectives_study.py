@@ -1,0 +1,127 @@
+"""The collectives validation study and the calibration fit, on tiny CSVs."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from simcore.collectives import DEFAULT, Fabric, collective_time_s
+from simcore.hardware import get_gpu
+from validation import fit_collectives
+from validation.studies import collectives as study
+
+HEADER = list(study.COLUMNS)
+FAB = Fabric.from_gpu(get_gpu("h100-sxm"))
+
+
+def _row(**kw) -> dict:
+    base = {c: "" for c in HEADER}
+    base.update(source_url="https://example.org/x", setting="test", nodes="1", gpus_per_node="8",
+                algorithm="default")
+    base.update({k: str(v) for k, v in kw.items()})
+    return base
+
+
+def _write(path, rows, header=HEADER):
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=header, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+ROWS = [
+    _row(collective="all_reduce", size_bytes=2**30, time_us=4000.0),
+    _row(collective="all_gather", gpus_per_node=4, size_bytes=2**28, algbw_GBps=400.0,
+         note="2 concurrent group(s) of 4 GPUs"),
+    _row(collective="alltoall", size_bytes=2**26, busbw_GBps=350.0),
+    _row(collective="all_reduce", size_bytes="abc", time_us=10.0),
+    _row(collective="broadcast", size_bytes=1024, time_us=10.0),
+    _row(nodes=4, collective="all_reduce", algorithm="nvlstree", size_bytes=2**32, busbw_GBps=310.0),
+]
+
+
+def test_study_runs_reports_bad_rows_and_writes_outputs(tmp_path):
+    summary = study.run(_write(tmp_path / "tiny.csv", ROWS), tmp_path / "out")
+    assert (summary["rows_total"], summary["rows_used"], summary["rows_skipped"]) == (6, 4, 2)
+    with open(tmp_path / "out" / "rows.csv") as fh:
+        out = list(csv.DictReader(fh))
+    assert [r["skipped_reason"] != "" for r in out] == [False, False, False, True, True, False]
+    assert "size_bytes" in out[3]["skipped_reason"] and "broadcast" in out[4]["skipped_reason"]
+    assert out[5]["sim_algorithm"] == "nvls_tree" and out[0]["sim_algorithm"] == "nvls"
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["rows_used"] == 4
+    assert (tmp_path / "out" / "busbw.png").stat().st_size > 1000
+    # the simulated time in rows.csv is the analytic model's, and rel_error compares it to the measurement
+    sim = float(collective_time_s("all_reduce", 2**30, 8, 8, FAB))
+    assert float(out[0]["sim_time_us"]) == pytest.approx(sim * 1e6, rel=1e-6)
+    assert float(out[0]["rel_error"]) == pytest.approx(sim / 4000e-6 - 1, abs=1e-4)
+
+
+def test_measured_time_from_algbw_or_busbw():
+    assert study.parse_row(ROWS[1]).measured_time_s == pytest.approx(2**28 / 400e9)
+    assert study.parse_row(ROWS[1]).concurrent_groups == 2
+    case = study.parse_row(ROWS[2])
+    assert case.collective == "all_to_all"
+    assert case.measured_time_s == pytest.approx(2**26 / (350e9 / (7 / 8)))
+    assert study.parse_row(ROWS[5]).measured_time_s == pytest.approx(2**32 / (310e9 / (2 * 31 / 32)))
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"nodes": "0"}, "nodes"), ({"gpus_per_node": "2.5"}, "gpus_per_node"), ({"algorithm": "magic"}, "magic"),
+    ({"time_us": ""}, "no time_us"), ({"time_us": "fast"}, "time_us")])
+def test_bad_rows_raise_with_reason(change, needle):
+    with pytest.raises(ValueError, match=needle):
+        study.parse_row({**ROWS[0], **change})
+
+
+def test_header_errors_are_one_line(tmp_path):
+    with pytest.raises(ValueError, match="unknown column 'foo'") as info:
+        study.run(_write(tmp_path / "a.csv", ROWS[:1], HEADER + ["foo"]), tmp_path / "o")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="missing required column 'size_bytes'"):
+        header = [h for h in HEADER if h != "size_bytes"]
+        study.run(_write(tmp_path / "b.csv", ROWS[:1], header), tmp_path / "o")
+    with pytest.raises(ValueError, match="unknown engine"):
+        study.run(_write(tmp_path / "c.csv", ROWS[:1]), tmp_path / "o", engine="packet")
+
+
+def test_flow_engine_matches_analytic_on_idle_fabric(tmp_path):
+    data = _write(tmp_path / "tiny.csv", ROWS)
+    analytic = study.evaluate(data)
+    flow = study.evaluate(data, engine="flow")
+    for a, f in zip(analytic, flow, strict=True):
+        if a["skipped_reason"] == "":
+            assert f["_sim_s"] == pytest.approx(a["_sim_s"], rel=0.01)
+
+
+def test_cli_ends_with_one_json_line(tmp_path, capsys):
+    study.main(["--data", str(_write(tmp_path / "tiny.csv", ROWS)), "--out", str(tmp_path / "o")])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert json.loads(last)["rows_skipped"] == 2
+
+
+def test_fit_recovers_known_parameters_from_synthetic_measurements(tmp_path):
+    truth = DEFAULT.with_overrides(nvlink_efficiency=0.7, launch_overhead_s=10e-6, ring_fill_steps_copy=0.3,
+                                   ring_fill_steps_reduce=0.5)
+    rows = []
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "alltoall"):
+        for n in (2, 4, 8):
+            for size in (2**12, 2**16, 2**20, 2**24, 2**30, 2**31):
+                name = "all_to_all" if coll == "alltoall" else coll
+                algo = "ring" if coll != "alltoall" else "direct"
+                t = float(collective_time_s(name, size, n, n, FAB, algorithm=algo, constants=truth))
+                rows.append(_row(collective=coll, algorithm=algo, gpus_per_node=n, size_bytes=size,
+                                 time_us=t * 1e6))
+    cases = fit_collectives.load_cases(_write(tmp_path / "synthetic.csv", rows))
+    best, residuals = fit_collectives.fit_staged(cases)
+    for name in fit_collectives.BANDWIDTH_PARAMS + fit_collectives.LATENCY_PARAMS:
+        assert getattr(best, name) == pytest.approx(getattr(truth, name), rel=0.02), name
+    assert abs(residuals).max() < 0.01
+
+
+def test_fit_cli_prints_json_last(capsys):
+    fit_collectives.main([])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last["rows"] == 301 and last["after"]["geomean_abs_rel_error_ge_1MiB"] < 0.10
