@@ -1,4 +1,8 @@
-"""Config of the search app: the planner group plus the shared simcore groups."""
+"""Config of the search app: the planner group plus the shared simcore groups.
+
+One :class:`PlannerConfig` schema backs every ``conf/planner/*.yaml``; each file sets ``name`` and the
+knobs its method reads. :func:`check_planner` turns nonsense into one-line errors naming the field.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +10,96 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from simcore.config import HardwareConfig, ModelConfig, SimConfig, TopologyConfig, WorkloadConfig
+from simcore.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, TopologyConfig, WorkloadConfig
 
-__all__ = ["PlannerConfig", "SearchAppConfig", "register"]
+__all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "PLANNERS", "RERANKERS"]
+
+PLANNERS = ("ppo", "random", "random-walk", "annealing", "genetic", "megatron", "exact")
+RERANKERS = ("proxy", "sim")
 
 
 @dataclass
 class PlannerConfig:
-    """``name``: the search method; ``budget``: proxy calls it may spend (invalid ones count);
-    the lists bound the coarse search space (``null`` = the default for the cluster)."""
+    """Search method and its knobs (fields a method does not use are ignored by it).
 
-    name: str = "megatron"
+    Space: ``batch``/``microbatches``/``max_tp``/``max_pp`` bound the coarse grid (``null`` = the
+    cluster's default); ``masking`` removes divisibility-invalid values before sampling; ``dp_head`` and
+    ``microbatch_head`` add those heads (else ``dp`` uses every GPU and microbatches are 1).
+    Budget: ``budget`` proposals (invalid and repeated ones count), split into ``chunks`` checkpointed
+    chunks. PPO: elite history ``T``, early exit at head confidence ``tau``, reward
+    ``alpha * raw + beta * (raw - best)`` on throughput normalized by the warm start, ``invalid_reward``
+    for invalid strategies, CleanRL-named PPO settings, network sizes, ``elite_prior`` (0 = the paper).
+    Baselines: ``t0`` initial annealing temperature (percent of the reference throughput);
+    ``population``, ``tournament``, ``elitism``, ``mutation`` (per head; ``null`` = 1 / heads) for
+    the genetic algorithm. Re-ranking: the ``rerank_k`` best distinct strategies by ``reranker``.
+    ``reference_lines``: also compute the Megatron and exact optima for the search curve.
+    """
+
+    name: str = "ppo"
     budget: int = 4000
     batch: list[int] | None = None
     microbatches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     max_tp: int | None = None
     max_pp: int = 16
+    masking: bool = True
+    dp_head: bool = False
+    microbatch_head: bool = True
+    chunks: int = 5
+    T: int = 3
+    tau: float = 0.95
+    alpha: float = 1.0
+    beta: float = 1.0
+    invalid_reward: float = -1.0
+    learning_rate: float = 1e-3
+    num_steps: int = 2
+    update_epochs: int = 2
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    d_model: int = 256
+    n_heads: int = 4
+    hidden: int = 256
+    elite_prior: float = 0.0
+    t0: float = 100.0
+    population: int = 32
+    tournament: int = 3
+    elitism: int = 2
+    mutation: float | None = None
+    rerank_k: int = 16
+    reranker: str = "proxy"
+    reference_lines: bool = True
+
+
+def check_planner(p) -> None:
+    """Raise :class:`ConfigError` naming the first bad field of a planner config."""
+    def bad(name: str, requirement: str) -> None:
+        raise ConfigError(f"planner.{name} {requirement}, got {getattr(p, name)!r}")
+
+    if p.name not in PLANNERS:
+        raise ConfigError(f"planner.name: {p.name!r} is not one of {', '.join(PLANNERS)}")
+    for name in ("budget", "T", "chunks", "num_steps", "update_epochs", "population", "tournament",
+                 "rerank_k", "d_model", "n_heads", "hidden"):
+        if getattr(p, name) < 1:
+            bad(name, "must be >= 1")
+    if not 0.0 < p.tau <= 1.0:
+        bad("tau", "must be in (0, 1]")
+    for name in ("learning_rate", "t0", "clip_coef"):
+        if not getattr(p, name) > 0:
+            bad(name, "must be > 0")
+    for name in ("alpha", "beta", "ent_coef", "vf_coef", "max_grad_norm", "elite_prior", "elitism"):
+        if getattr(p, name) < 0:
+            bad(name, "must be >= 0")
+    if p.alpha == 0 and p.beta == 0:
+        bad("alpha", "and planner.beta must not both be 0")
+    if p.elitism >= p.population:
+        bad("elitism", f"must be below planner.population ({p.population})")
+    if p.mutation is not None and not 0.0 <= p.mutation <= 1.0:
+        bad("mutation", "must be in [0, 1] or null")
+    if p.d_model % p.n_heads:
+        bad("n_heads", f"must divide planner.d_model ({p.d_model})")
+    if p.reranker not in RERANKERS:
+        raise ConfigError(f"planner.reranker: {p.reranker!r} is not one of {', '.join(RERANKERS)}")
 
 
 @dataclass

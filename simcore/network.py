@@ -18,10 +18,11 @@ Performance design (see ``python -m validation.bench_network``):
 - Arrivals due at the same instant share one SimPy timeout, and the rate solve runs once
   per instant after every other event of that instant (:class:`_LateEvent`), however many
   flows arrived or finished then.
-- Routes, ECMP choices and group plans are cached per (src, dst, flow_key) and per pair list.
-
-Routing: shortest path in hops that never transits a GPU; among equal-cost next hops a
-CRC32 hash of (seed, src, dst, flow_key, hop) picks one at every hop, like switch ECMP.
+- Group plans are cached per pair list; routes (:class:`simcore.routing.EcmpRouter`: shortest
+  path in hops never transiting a GPU, ECMP by a hash of seed, src, dst, flow_key and hop)
+  per (src, dst, flow_key).
+- Rate solves warm-start from the previous rates (:func:`simcore.maxmin.max_min_rates`):
+  after a completion only the flows that lost their bottleneck are re-solved.
 
 SimPy cannot cancel a scheduled timeout, so a superseded completion timer still fires (as
 a no-op) and ``env.run()`` without ``until`` may end after the last flow finished: read
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import zlib
 from collections.abc import Hashable, Sequence
 from functools import partial
 
@@ -41,6 +41,7 @@ import numpy as np
 import simpy
 
 from simcore.maxmin import max_min_rates
+from simcore.routing import EcmpRouter
 
 __all__ = ["FlowNetwork"]
 
@@ -77,12 +78,13 @@ class _Batch:
     ``links[e]`` is crossed by member ``member[e]``; ``rem`` holds remaining bytes per member.
     """
 
-    __slots__ = ("links", "member", "rem", "size", "cap", "k", "owner", "tag")
+    __slots__ = ("links", "member", "rem", "rate", "size", "cap", "k", "k0", "owner", "tag")
 
     def __init__(self, links: np.ndarray, member: np.ndarray, k: int, size: float, cap: float,
                  owner: _Transfer, tag: Hashable | None):
-        self.links, self.member, self.k = links, member, k
+        self.links, self.member, self.k, self.k0 = links, member, k, k
         self.rem = np.full(k, float(size))
+        self.rate = np.full(k, np.nan)  # unknown until the next solve
         self.size, self.cap, self.owner, self.tag = float(size), float(cap), owner, tag
 
     def drop(self, finished: np.ndarray) -> bool:
@@ -93,7 +95,7 @@ class _Batch:
             renumber = np.cumsum(keep) - 1
             kept_entries = keep[self.member]
             self.links, self.member = self.links[kept_entries], renumber[self.member[kept_entries]]
-            self.rem = self.rem[keep]
+            self.rem, self.rate = self.rem[keep], self.rate[keep]
         self.k = k
         return k == 0
 
@@ -118,30 +120,14 @@ class FlowNetwork:
     events_processed : int
         Rate solves plus completion timeouts handled.
     flow_log : list of tuple
-        With ``record``: ``(time_s, "start" | "end", tag, num_flows)`` per batch.
+        With ``record``: ``(time_s, "start" | "end", tag, num_flows)`` per batch (the flows
+        of one call that share a path latency).
     """
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph, seed: int = 0, record: bool = False):
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"FlowNetwork seed must be an int, got {seed!r}")
+        self.router = EcmpRouter(graph, seed)
         self.env, self.graph, self.seed, self.record = env, graph, seed, bool(record)
-        self._links: list[tuple[str, str]] = []
-        capacity, self._latency = [], []
-        for u, v, data in graph.edges(data=True):
-            bw, lat = data.get("bandwidth_bytes_per_s"), data.get("latency_s")
-            if not (isinstance(bw, numbers.Real) and 0 < bw < math.inf):
-                raise ValueError(f"FlowNetwork: link ({u!r}, {v!r}) bandwidth_bytes_per_s must be positive, got {bw!r}")
-            if not (isinstance(lat, numbers.Real) and 0 <= lat < math.inf):
-                raise ValueError(f"FlowNetwork: link ({u!r}, {v!r}) latency_s must be non-negative, got {lat!r}")
-            self._links.append((u, v))
-            capacity.append(float(bw))
-            self._latency.append(float(lat))
-        self._link_id = {link: i for i, link in enumerate(self._links)}
-        self._capacity = np.array(capacity, dtype=float)
-        self._succ = {u: sorted(graph.successors(u), key=str) for u in graph}
-        self._transit = {n: kind != "gpu" for n, kind in graph.nodes(data="kind")}
-        self._dags: dict[tuple[str, str], dict[str, list[str]]] = {}
-        self._routes: dict[tuple[str, str, int], tuple[np.ndarray, np.ndarray, float]] = {}
+        self._links, self._capacity = self.router.links, self.router.capacity
         self._plans: dict[tuple, list[tuple[float, np.ndarray, np.ndarray, int]]] = {}
         num_links = len(self._links)
         self._batches: list[_Batch] = []  # the batches of the current rate solution
@@ -163,74 +149,13 @@ class FlowNetwork:
     def path(self, src: str, dst: str, flow_key: int = 0) -> list[tuple[str, str]]:
         """Directed links of the route from ``src`` to ``dst`` (empty when equal)."""
         if src == dst:
-            self._check_node(src)
+            self.router.check_node(src)
             return []
-        return [self._links[i] for i in self._route(src, dst, flow_key)[0].tolist()]
+        return [self._links[i] for i in self.router.route(src, dst, flow_key)[0].tolist()]
 
     def path_latency(self, src: str, dst: str, flow_key: int = 0) -> float:
         """Sum of ``latency_s`` along the route, seconds."""
-        return 0.0 if src == dst else self._route(src, dst, flow_key)[2]
-
-    def _check_node(self, node: str) -> None:
-        if node not in self._succ:
-            raise ValueError(f"FlowNetwork: unknown node {node!r}")
-
-    def _route(self, src: str, dst: str, flow_key: int) -> tuple[np.ndarray, np.ndarray, float]:
-        key = (src, dst, flow_key)
-        route = self._routes.get(key)
-        if route is None:
-            children = self._dag(src, dst)
-            links, latency, u = [], 0.0, src
-            while u != dst:
-                options = children[u]
-                if len(options) > 1:
-                    digest = zlib.crc32(f"{self.seed}|{src}|{dst}|{flow_key}|{u}".encode())
-                    v = options[digest % len(options)]
-                else:
-                    v = options[0]
-                link = self._link_id[(u, v)]
-                links.append(link)
-                latency += self._latency[link]
-                u = v
-            route = self._routes[key] = (np.array(links, dtype=np.intp), np.zeros(len(links), np.intp), latency)
-        return route
-
-    def _dag(self, src: str, dst: str) -> dict[str, list[str]]:
-        """Next hops on shortest (in hops) paths, breadth first, never expanding a GPU but ``src``."""
-        dag = self._dags.get((src, dst))
-        if dag is not None:
-            return dag
-        self._check_node(src)
-        self._check_node(dst)
-        dist, preds, frontier, depth = {src: 0}, {}, [src], 0
-        while frontier and dst not in dist:
-            depth += 1
-            nxt = []
-            for u in frontier:
-                if u != src and not self._transit[u]:
-                    continue
-                for v in self._succ[u]:
-                    seen = dist.get(v)
-                    if seen is None:
-                        dist[v], preds[v] = depth, [u]
-                        nxt.append(v)
-                    elif seen == depth:
-                        preds[v].append(u)
-            frontier = nxt
-        if dst not in dist:
-            raise ValueError(f"FlowNetwork: no route from {src!r} to {dst!r} (traffic never transits a GPU)")
-        dag, stack, seen_back = {}, [dst], {dst}
-        while stack:
-            v = stack.pop()
-            for u in preds.get(v, ()):
-                dag.setdefault(u, []).append(v)
-                if u not in seen_back:
-                    seen_back.add(u)
-                    stack.append(u)
-        for options in dag.values():
-            options.sort(key=str)
-        self._dags[(src, dst)] = dag
-        return dag
+        return 0.0 if src == dst else self.router.route(src, dst, flow_key)[1]
 
     # --------------------------------------------------------------- transfers
     def transfer(self, src: str, dst: str, size_bytes: float, rate_cap_bytes_per_s: float = math.inf,
@@ -244,12 +169,13 @@ class FlowNetwork:
         _check_transfer(size_bytes, rate_cap_bytes_per_s)
         done = self.env.event()
         if src == dst or size_bytes == 0:
-            self._check_node(src)
-            self._check_node(dst)
+            self.router.check_node(src)
+            self.router.check_node(dst)
             return done.succeed(self.env.now)
-        links, member, latency = self._route(src, dst, flow_key)
-        owner = _Transfer(done, 1)
-        self._launch(_Batch(links, member, 1, size_bytes, rate_cap_bytes_per_s, owner, tag), latency)
+        links, latency = self.router.route(src, dst, flow_key)
+        member = np.zeros(len(links), dtype=np.intp)
+        batch = _Batch(links, member, 1, size_bytes, rate_cap_bytes_per_s, _Transfer(done, 1), tag)
+        self._launch(batch, latency)
         return done
 
     def transfer_group(self, pairs: Sequence[tuple[str, str]], size_bytes: float,
@@ -271,7 +197,8 @@ class FlowNetwork:
             self._launch(_Batch(links, member, k, size_bytes, rate_cap_bytes_per_s, owner, tag), latency)
         return done
 
-    def _plan(self, pairs: Sequence[tuple[str, str]], flow_key: int) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
+    def _plan(self, pairs: Sequence[tuple[str, str]],
+              flow_key: int) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
         """Routes of a pair list bucketed by path latency, as batch arrays (cached)."""
         key = (tuple(map(tuple, pairs)), flow_key)
         plan = self._plans.get(key)
@@ -279,9 +206,9 @@ class FlowNetwork:
             buckets: dict[float, list[np.ndarray]] = {}
             for src, dst in key[0]:
                 if src == dst:
-                    self._check_node(src)
+                    self.router.check_node(src)
                     continue
-                links, _, latency = self._route(src, dst, flow_key)
+                links, latency = self.router.route(src, dst, flow_key)
                 buckets.setdefault(latency, []).append(links)
             plan = []
             for latency, routes in buckets.items():
@@ -341,11 +268,14 @@ class FlowNetwork:
         bounds = np.zeros(len(batches) + 1, dtype=np.intp)
         np.cumsum(sizes, out=bounds[1:])
         rem = np.concatenate([b.rem for b in batches])
-        for b, lo, hi in zip(batches, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            b.rem = rem[lo:hi]
         links = np.concatenate([b.links for b in batches])
-        flows = np.concatenate([b.member for b in batches]) + np.repeat(bounds[:-1], [len(b.links) for b in batches])
-        rate = max_min_rates(flows, links, self._capacity, np.repeat([b.cap for b in batches], sizes))
+        flows = np.concatenate([b.member for b in batches])
+        flows += np.repeat(bounds[:-1], [len(b.links) for b in batches])  # batch-local -> global ids
+        caps = np.repeat([b.cap for b in batches], sizes)
+        guess = np.concatenate([b.rate for b in batches])  # warm start: only changed flows re-solve
+        rate = max_min_rates(flows, links, self._capacity, caps, guess=guess)
+        for b, lo, hi in zip(batches, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            b.rem, b.rate = rem[lo:hi], rate[lo:hi]
         self._set_load(np.bincount(links, weights=rate[flows], minlength=len(self._links)))
         self._rem, self._rate, self._bounds = rem, rate, bounds
         self._tol = np.repeat([b.size * _DONE_RTOL for b in batches], sizes)
@@ -385,7 +315,7 @@ class FlowNetwork:
 
     def _finish_batch(self, batch: _Batch) -> None:
         if self.record:
-            self.flow_log.append((self.env.now, "end", batch.tag, 0))
+            self.flow_log.append((self.env.now, "end", batch.tag, batch.k0))
         owner = batch.owner
         owner.pending -= 1
         if owner.pending == 0:

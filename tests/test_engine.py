@@ -82,7 +82,7 @@ def test_trace_threads_never_partially_overlap_and_are_named():
             spans.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
     for seq in spans.values():
         seq.sort()
-        for (a0, a1), (b0, _) in zip(seq, seq[1:]):
+        for (_, a1), (b0, _) in zip(seq, seq[1:], strict=False):
             assert b0 >= a1 - 1e-6
 
 

@@ -12,5 +12,6 @@ from topologies.presets import TOPOLOGY_NAMES, build_topology
 
 __all__ = [
     "NODE_KINDS", "TOPOLOGY_NAMES", "build_topology", "dump_topology_yaml", "gpu_nodes", "hgx_h100",
-    "ib_fattree", "ib_rail", "load_topology_yaml", "node_of", "nvl72", "topology_from_dict", "validate_topology",
+    "ib_fattree", "ib_rail", "load_topology_yaml", "node_of", "nvl72", "topology_from_dict",
+    "validate_topology",
 ]

@@ -23,7 +23,7 @@ Latencies (per link, one direction; reasoned, the sources are secondary):
   plus :data:`CABLE_LATENCY_S` = 25 ns (about 5 m at 5 ns/m) per cable.
 
 A same-rail GPU -> GPU transfer across one leaf therefore pays 1.65 us, a cross-leaf one
-2.15 us, the order of NCCL's 2.7 us per network hop (LL protocol, software included).
+2.1 us, the order of NCCL's 2.7 us per network hop (LL protocol, software included).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _graph(name: str, gpu: str, num_nodes: int, gpus_per_node: int, domain: int,
 
 
 def _check_fabric(oversubscription: float, spines: int | None, default_spines: int) -> int:
-    if not (isinstance(oversubscription, int | float) and oversubscription > 0 and math.isfinite(oversubscription)):
+    if not (isinstance(oversubscription, int | float) and 0 < oversubscription < math.inf):
         raise ValueError(f"oversubscription must be a positive finite number, got {oversubscription!r}")
     return default_spines if spines is None else _positive_int("spines", spines)
 

@@ -31,7 +31,8 @@ from topologies.graph import NODE_KINDS, gpu_nodes, validate_topology
 
 __all__ = ["load_topology_yaml", "topology_from_dict", "dump_topology_yaml"]
 
-_TOP_KEYS = {"name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size", "description", "nodes", "links"}
+_TOP_KEYS = {"name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size", "description", "nodes",
+             "links"}
 _LINK_KEYS = {"a", "b", "bandwidth_GBps", "bandwidth_bytes_per_s", "latency_us", "latency_s", "directed"}
 
 
@@ -57,7 +58,8 @@ def topology_from_dict(spec: dict[str, Any]) -> nx.DiGraph:
     name = spec.get("name", "?")
     unknown = sorted(set(spec) - _TOP_KEYS)
     if unknown:
-        raise ValueError(f"topology {name!r}: unknown key {unknown[0]!r}; valid keys: {', '.join(sorted(_TOP_KEYS))}")
+        raise ValueError(f"topology {name!r}: unknown key {unknown[0]!r}; "
+                         f"valid keys: {', '.join(sorted(_TOP_KEYS))}")
     for key in ("name", "gpu", "num_nodes", "gpus_per_node", "links"):
         if key not in spec:
             raise ValueError(f"topology {name!r}: required key {key!r} is missing")
@@ -92,8 +94,8 @@ def _add_node(graph: nx.DiGraph, name: str, entry: Any) -> None:
 
 def _si(entry: dict[str, Any], name: str, si_key: str, unit_key: str, scale: float) -> float:
     if (si_key in entry) == (unit_key in entry):
-        raise ValueError(f"topology {name!r}: link {entry.get('a')!r}-{entry.get('b')!r} needs exactly one of "
-                         f"{unit_key!r} or {si_key!r}")
+        raise ValueError(f"topology {name!r}: link {entry.get('a')!r}-{entry.get('b')!r} needs exactly "
+                         f"one of {unit_key!r} or {si_key!r}")
     raw = entry[si_key] if si_key in entry else entry[unit_key]
     try:
         value = float(raw)
@@ -108,7 +110,8 @@ def _add_links(graph: nx.DiGraph, name: str, entry: Any) -> None:
         raise ValueError(f"topology {name!r}: link entry {entry!r} needs 'a' and 'b'")
     unknown = sorted(set(entry) - _LINK_KEYS)
     if unknown:
-        raise ValueError(f"topology {name!r}: link {entry['a']!r}-{entry['b']!r} has unknown key {unknown[0]!r}")
+        raise ValueError(f"topology {name!r}: link {entry['a']!r}-{entry['b']!r} "
+                         f"has unknown key {unknown[0]!r}")
     bandwidth = _si(entry, name, "bandwidth_bytes_per_s", "bandwidth_GBps", 1e9)
     latency = _si(entry, name, "latency_s", "latency_us", 1e-6)
     ends_a = entry["a"] if isinstance(entry["a"], list) else [entry["a"]]
@@ -144,7 +147,8 @@ def dump_topology_yaml(graph: nx.DiGraph, path: str | Path) -> None:
         else:
             entry["directed"] = True
         links.append(entry)
-    spec = {key: graph.graph[key] for key in ("name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size")}
+    keys = ("name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size")
+    spec = {key: graph.graph[key] for key in keys}
     spec.update(nodes=nodes, links=links)
     with open(path, "w", encoding="utf-8") as fh:
         yaml.safe_dump(spec, fh, sort_keys=False, default_flow_style=None, width=200)

@@ -88,7 +88,8 @@ def _check_nodes(graph: nx.DiGraph, name: str) -> None:
             raise ValueError(f"topology {name!r}: {attr} must be a positive integer, got {value!r}")
     for node, kind in graph.nodes(data="kind"):
         if kind not in NODE_KINDS:
-            raise ValueError(f"topology {name!r}: node {node!r} has kind {kind!r}, expected one of {NODE_KINDS}")
+            raise ValueError(f"topology {name!r}: node {node!r} has kind {kind!r}, "
+                             f"expected one of {NODE_KINDS}")
     gpus = gpu_nodes(graph)
     num_gpus, per_node = graph.graph["num_gpus"], graph.graph["gpus_per_node"]
     if gpus != [f"gpu{i}" for i in range(num_gpus)]:
@@ -98,7 +99,9 @@ def _check_nodes(graph: nx.DiGraph, name: str) -> None:
         raise ValueError(f"topology {name!r}: num_gpus={num_gpus} != num_nodes * gpus_per_node")
     for gpu in gpus:
         data = graph.nodes[gpu]
-        if not (0 <= data.get("node", -1) < graph.graph["num_nodes"] and 0 <= data.get("local", -1) < per_node):
+        node, local = data.get("node", -1), data.get("local", -1)
+        if not (isinstance(node, int) and isinstance(local, int)
+                and 0 <= node < graph.graph["num_nodes"] and 0 <= local < per_node):
             raise ValueError(f"topology {name!r}: GPU {gpu!r} has node={data.get('node')!r} "
                              f"local={data.get('local')!r} outside the cluster")
 
@@ -122,13 +125,15 @@ def _check_connected(graph: nx.DiGraph, name: str) -> None:
     reached = nx.node_connected_component(graph.to_undirected(as_view=True), start)
     if len(reached) != graph.number_of_nodes():
         stray = next(n for n in graph if n not in reached)
-        raise ValueError(f"topology {name!r}: graph is disconnected: node {stray!r} is not connected to {start!r}")
+        raise ValueError(f"topology {name!r}: graph is disconnected: node {stray!r} "
+                         f"is not connected to {start!r}")
 
 
 def _check_nics(graph: nx.DiGraph, name: str) -> None:
     for gpu in gpu_nodes(graph):
         if not any(graph.nodes[v].get("kind") == "nic" for v in graph.successors(gpu)):
-            raise ValueError(f"topology {name!r}: GPU {gpu!r} has no NIC (a multi-node cluster needs one per GPU)")
+            raise ValueError(f"topology {name!r}: GPU {gpu!r} has no NIC "
+                             "(a multi-node cluster needs one per GPU)")
 
 
 def _check_gpu_reachability(graph: nx.DiGraph, name: str) -> None:

@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> dict:
         graph = build_graph(cfg.topology, cfg.hardware)
         engine = build_engine_config(cfg.sim)
         strategy = megatron_search(ctx).strategy(0)
-        proxy_s, proxy = _timed(lambda s=strategy: evaluate(ctx, s), repeats=20)
-        sim_s, sim = _timed(lambda s=strategy: simulate(ctx, graph, s, engine))
+        proxy_s, proxy = _timed(lambda s=strategy, c=ctx: evaluate(c, s), repeats=20)
+        sim_s, sim = _timed(lambda s=strategy, c=ctx, g=graph, e=engine: simulate(c, g, s, e))
         figures[name] = {"sim_wall_s": round(sim_s, 4), "proxy_wall_s": round(proxy_s, 6),
                          "sim_over_proxy_wall": round(sim_s / proxy_s, 1), "gpus": ctx.cluster.num_gpus,
                          "target_s": TARGET_S.get(name), "network_events": sim.network_events,

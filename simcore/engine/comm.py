@@ -80,8 +80,35 @@ class FlowComm:
                     links.update(net.path(peer, b))
         return links
 
+    def link_set(self, group: str, stage: int) -> set:
+        key = ("links", group, stage)
+        if key not in self._groups:
+            links: set = set()
+            for ranks in self.groups(group, stage):
+                links |= self._links(ranks)
+            self._groups[key] = links
+        return self._groups[key]
+
+    def contended(self, group: str, stage: int) -> bool:
+        """Whether this stage's ``group`` collectives may share a link with any other stage's
+        communication. A stage's own collectives never overlap each other (one communication
+        stream per stage), so an op that shares no link with other stages always runs on an idle
+        fabric and takes exactly its analytic cost: it skips the flow solver."""
+        key = ("contended", group, stage)
+        if key not in self._groups:
+            mine = self.link_set(group, stage)
+            pp = self.placement.s.pp
+            others = [(g, q) for q in range(pp) if q != stage for g in ("tp", "ep", "pp")
+                      if not (g == "pp" and q == pp - 1)]
+            self._groups[key] = any(mine & self.link_set(g, q) for g, q in others)
+        return self._groups[key]
+
     def run(self, env: simpy.Environment, stage: int, op: Op):
         if op.size_bytes <= 0:
+            return
+        if not self.contended(op.group, stage):
+            if op.duration_s > 0:
+                yield env.timeout(op.duration_s)
             return
         procs = [run_collective(env, self.network, op.collective, op.size_bytes, ranks, fabric=self.fabric,
                                 **self.kwargs)

@@ -44,7 +44,7 @@ class EngineConfig:
     contention: bool = True
     overlap: bool = True
     seed: int = 0
-    decode_steps: int = 4
+    decode_steps: int = 3
     placement: str = "pack"
     trace: bool = False  # keep what a Chrome trace needs (intervals, link utilization timelines)
     representative: bool = True  # one group stands for identical groups that share no link

@@ -1,0 +1,118 @@
+"""The paper's search loop: PPO proposals, the reward, the elite history, early exit and restarts.
+
+Reward (Eq. 1), on throughput normalized by the warm start's best (``raw = tokens/s/GPU / reference``,
+so one set of hyper-parameters fits every scenario)::
+
+    r = alpha * raw + beta * (raw - best_so_far)        valid strategies
+    r = invalid_reward                                   anything the proxy or the space rejects
+
+The budget is split into ``chunks`` equal chunks; each chunk starts a fresh network (re-initialized
+from the seed and the restart count) that keeps the elite history and the best so far. Inside a chunk
+the agent exits early once every head's top probability reaches ``tau`` (the policy has become
+deterministic); a new network then continues on the chunk's remaining calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .actions import ActionSpace
+from .elite import Elite
+from .evaluator import Evaluator
+from .policy import Policy
+from .ppo import PPO, PPOConfig, Rollout
+
+__all__ = ["PPOSearch", "reward"]
+
+
+def reward(raw: float | None, best_so_far: float | None, alpha: float, beta: float, invalid: float) -> float:
+    """Eq. 1 on normalized throughput; ``raw`` is ``None`` for an invalid strategy."""
+    if raw is None:
+        return invalid
+    best = raw if best_so_far is None else best_so_far
+    return alpha * raw + beta * (raw - best)
+
+
+class PPOSearch:
+    """The PPO planner: :meth:`start` warm-starts the elite, :meth:`run` spends one chunk."""
+
+    name = "ppo"
+
+    def __init__(self, actions: ActionSpace, cfg, seed: int) -> None:
+        self.actions, self.cfg, self.seed = actions, cfg, int(seed)
+        self.rng = np.random.default_rng([self.seed, 1])
+        self.elite = Elite(int(cfg.T))
+        self.restarts = 0
+        self.metrics: list[dict] = []
+        self.ppo_cfg = PPOConfig(learning_rate=cfg.learning_rate, num_steps=cfg.num_steps,
+                                 update_epochs=cfg.update_epochs, clip_coef=cfg.clip_coef,
+                                 ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm)
+
+    def start(self, ev: Evaluator) -> None:
+        out = ev.warm_start()
+        acts = self.actions.from_keys(out.keys)
+        for a, value, ok in zip(acts, out.tokens_per_s_per_gpu, out.valid, strict=True):
+            if ok:
+                self.elite.offer(ev.normalized(value), a)
+
+    def _agent(self) -> PPO:
+        torch.manual_seed(int(np.random.SeedSequence([self.seed, 2, self.restarts]).generate_state(1)[0]))
+        c = self.cfg
+        policy = Policy(Elite.record_dim(self.actions), self.actions.sizes.tolist(), d_model=c.d_model,
+                        n_heads=c.n_heads, hidden=c.hidden, elite_prior=c.elite_prior)
+        return PPO(policy, self.ppo_cfg)
+
+    def run(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
+        """Spend calls up to ``until`` (one chunk): fresh networks, each until it exits early."""
+        while ev.calls < min(until, ev.budget) and not stop():
+            self._life(ev, until, stop)
+            self.restarts += 1
+
+    def _life(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
+        """One network's life: rollouts and updates until the chunk ends or the policy is confident."""
+        agent, start = self._agent(), ev.calls
+        span = max(min(until, ev.budget) - start, 1)
+        while ev.calls < min(until, ev.budget):
+            rollout = Rollout()
+            while len(rollout) < self.ppo_cfg.num_steps and ev.calls < min(until, ev.budget):
+                if stop():
+                    return
+                self._step(ev, agent, rollout)
+            lr = agent.set_progress((ev.calls - start) / span)
+            stats = agent.update(rollout)
+            confidence = self._confidence(agent)
+            best = ev.best_value if ev.best_key is not None else None
+            self.metrics.append({"call": ev.calls, "restart": self.restarts, **stats, "lr": lr,
+                                 "min_confidence": float(confidence.min()), "best": best})
+            if confidence.min() >= self.cfg.tau:
+                return
+
+    def _step(self, ev: Evaluator, agent: PPO, rollout: Rollout) -> None:
+        obs = self.elite.observation(self.actions)
+        action, masks, logp, value, _ = agent.act(obs, self.actions, self.rng)
+        best = ev.normalized(ev.best_value) if ev.best_key is not None else None
+        out = ev.evaluate_actions(action[None])
+        raw = ev.normalized(float(out.tokens_per_s_per_gpu[0])) if out.valid[0] else None
+        c = self.cfg
+        r = reward(raw, best, c.alpha, c.beta, c.invalid_reward)
+        if raw is not None:
+            self.elite.offer(raw, action)
+        rollout.obs.append(obs)
+        rollout.actions.append(action)
+        rollout.masks.append(masks)
+        rollout.logprobs.append(logp)
+        rollout.values.append(value)
+        rollout.rewards.append(r)
+
+    def _confidence(self, agent: PPO) -> np.ndarray:
+        """Each head's top probability for the current observation, heads masked given the greedy
+        choice of the heads before them."""
+        obs = self.elite.observation(self.actions)
+        with torch.no_grad():
+            logits, _ = agent.policy(torch.as_tensor(obs)[None])
+            parts = torch.split(logits.double(), agent.policy.head_sizes, dim=1)
+            probs = torch.cat([torch.softmax(p, dim=1) for p in parts], dim=1).numpy()
+        return self.actions.greedy(probs)[1][0]
