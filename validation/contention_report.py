@@ -29,8 +29,8 @@ def _why(overlap_ratio: float, full_ratio: float) -> str:
         parts.append(f"overlap hides {1 - overlap_ratio:.1%} (shared experts beside the dispatch, one "
                      f"microbatch's collectives under another's kernels)")
     elif overlap_ratio > 1.005:
-        parts.append(f"overlap costs {overlap_ratio - 1:.1%} (a later microbatch's kernels, preempted only at "
-                     f"kernel boundaries, delay the critical one)")
+        parts.append(f"overlap costs {overlap_ratio - 1:.1%} (a later microbatch's collective holds the communication "
+                     f"stream when the critical microbatch needs it)")
     if full_ratio > overlap_ratio * 1.005:
         parts.append(f"link sharing adds {full_ratio / overlap_ratio - 1:.1%} (pipeline sends and collectives "
                      f"of neighbouring stages on the same NVLink/NIC links)")
