@@ -46,6 +46,9 @@ class GpuSpec:
     kernel_overhead_s: float = 5.6e-6  # fixed launch + ramp + tail cost of one isolated kernel
     vector_flops_per_s: float = 66.9e12  # non-tensor FP32 rate, for element-wise work
     hbm_reserved_bytes: float = 4.0e9  # CUDA context, NCCL buffers, allocator slack
+    # Host/runtime time of one forward pass that no kernel covers (scheduling, sampling, launch gaps):
+    # fitted by `python -m validation.fit_inference` on validation/data/inference_calibration.csv.
+    iteration_overhead_s: float = 3.0e-3
 
     def __post_init__(self) -> None:
         for field in ("hbm_bytes", "hbm_bandwidth_bytes_per_s", "nvlink_bandwidth_bytes_per_s",
@@ -60,6 +63,8 @@ class GpuSpec:
                 raise ValueError(f"GpuSpec {self.name}: gemm_efficiency[{precision!r}] must be in (0, 1]")
         if not 0 < self.hbm_efficiency <= 1:
             raise ValueError(f"GpuSpec {self.name}: hbm_efficiency must be in (0, 1]")
+        if not self.iteration_overhead_s >= 0:
+            raise ValueError(f"GpuSpec {self.name}: iteration_overhead_s must be >= 0")
 
     def __hash__(self) -> int:  # dict fields make the default hash fail; names are unique
         return hash(self.name)

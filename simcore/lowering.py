@@ -156,11 +156,12 @@ class _Lowerer:
     def _experts(self, name: str, tokens) -> Task:
         """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped."""
         op, c = self.ops[name], self.s.choice[name]
-        e_total = self.m.num_experts
+        slots = self.xp.ceil(self.m.num_experts / self.s.ep)  # experts on this GPU (spares: redundant)
+        e_total = slots * self.s.ep
         # token copies routed to this GPU's experts, scaled by its routing load (1 = uniform)
         routed = tokens * self.s.ep * self.m.top_k * self.expert_load
         p_active = 1.0 - (1.0 - 1.0 / e_total) ** routed
-        active = (e_total / self.s.ep) * p_active
+        active = slots * p_active
         per_expert = routed / e_total / self.xp.maximum(p_active, 1e-30)
         rep = c == REPLICATED
         m = self.xp.where(rep, self.xp.ceil(per_expert / self.t), per_expert)
@@ -297,7 +298,10 @@ class _Lowerer:
         routed = self.tokens * k  # token copies each attention group sends (and, uniformly, receives)
         received = routed * self.expert_load  # what the busiest GPU receives under skewed routing
         tasks.append(self._convert("mlp->expert_ffn1", "expert_ffn1", res_in, e1_in, h))
-        tasks.append(self._a2a("dispatch", "expert_ffn1", received * h * self.act * self._hold(e1_in)))
+        # dispatch carries the expert GEMMs' input precision (FP8 under fp8, as DeepEP does); combine
+        # returns BF16 outputs
+        dispatch_bytes = min(self.act, self.w.weight_bytes)
+        tasks.append(self._a2a("dispatch", "expert_ffn1", received * h * dispatch_bytes * self._hold(e1_in)))
         tasks.append(self._experts("expert_ffn1", self.tokens))
         tasks.append(self._convert("expert_ffn1->expert_ffn2", "expert_ffn2", self._layout("expert_ffn1", "out"),
                                    self._layout("expert_ffn2", "in"), self.m.expert_ffn_size, tokens=received))
@@ -347,7 +351,9 @@ class _Lowerer:
         size = self.xp.select([out == L.S_FEAT, out == L.P], [seq_tokens * 8.0 * self.t, seq_tokens * vocab * self.act],
                          seq_tokens * 4.0)
         sample = self._coll("sample", "lm_head", "tp", coll, size)
-        return [conv, head, sample]
+        host = self.gpu.iteration_overhead_s if self.scalar else np.full(len(self.s), self.gpu.iteration_overhead_s)
+        runtime = Task("runtime", "runtime", "host", host)  # per forward pass, outside any kernel
+        return [conv, head, sample, runtime]
 
     def p2p(self) -> list[Task]:
         """Activation sent to the next pipeline stage (each TP rank sends what it holds)."""

@@ -17,7 +17,7 @@ REASONS = (
     "device_count",      # tp * ep * pp * dp differs from the cluster's GPU count
     "heads_divisibility",  # heads (or KV heads) not divisible by tp under head sharding
     "feature_divisibility",  # a sharded weight dimension not divisible by tp
-    "experts_divisibility",  # routed experts not divisible by ep (or ep > 1 on a dense model)
+    "experts_divisibility",  # more EP ranks than routed experts (or ep > 1 on a dense model)
     "layers",            # more pipeline stages than layers
     "batch_divisibility",  # batch not divisible by ep * microbatches
     "hbm_capacity",      # weights + KV cache + activations exceed usable HBM
@@ -55,6 +55,11 @@ def stage_layers(model, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return np.where(in_stage, dense, 0), np.where(in_stage, count - dense, 0), in_stage
 
 
+def _experts_per_gpu(model, ep):
+    """Expert slots per GPU: ``ceil(E / ep)`` (spare slots hold redundant experts)."""
+    return np.ceil(model.num_experts / np.maximum(ep, 1)) if model.is_moe else 0.0
+
+
 def _shard(choice: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(choice == REPLICATED, 1.0, t)
 
@@ -72,7 +77,7 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     attn = weights("qkv") + weights("out_proj")
     dense = weights("dense_ffn1") + weights("dense_ffn2")
     moe = (weights("router") + weights("shared_ffn1") + weights("shared_ffn2")
-           + (weights("expert_ffn1") + weights("expert_ffn2")) / s.ep)
+           + (weights("expert_ffn1") + weights("expert_ffn2")) / max(m.num_experts, 1) * _experts_per_gpu(m, s.ep))
     seqs_group = s.batch / s.ep
     kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * w.max_context
     c_attn = s.choice["attention"]
@@ -118,7 +123,9 @@ def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
         feat_bad |= (c == DIM0) & (op.in_features % t != 0)
         feat_bad |= (c == DIM1) & (op.out_features % t != 0)
     mask |= np.where(feat_bad, bit("feature_divisibility"), 0)
-    experts_bad = (s.ep > 1) if not m.is_moe else (m.num_experts % s.ep != 0)
+    # ep need not divide the experts: the spare slots of ceil(E / ep) hold redundant copies of hot
+    # experts, as DeepSeek's EPLB deployments do (EP72 over 256 experts)
+    experts_bad = (s.ep > 1) if not m.is_moe else (s.ep > m.num_experts)
     mask |= np.where(experts_bad, bit("experts_divisibility"), 0)
     mask |= np.where(s.pp > m.num_layers, bit("layers"), 0)
     mask |= np.where(s.batch % (s.ep * s.microbatches) != 0, bit("batch_divisibility"), 0)

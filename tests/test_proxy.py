@@ -66,6 +66,7 @@ def test_physical_limits_and_finiteness(data, scenario):
     s = random_strategy(lambda a, b: data.draw(st.integers(a, b)), gpus, ctx.model.is_moe)
     r = evaluate(ctx, s)
     assert np.isfinite(r.step_time_s) and r.step_time_s > 0
+    assert np.isfinite(r.memory_per_gpu_bytes) and r.memory_per_gpu_bytes > 0
     assert np.isfinite(r.tokens_per_s) and r.tokens_per_s > 0
     assert r.valid == (r.reasons == [])
     if phase == "decode":
@@ -84,7 +85,7 @@ def test_single_gpu_decode_is_weight_streaming_plus_launches():
     # the embedding table is not streamed: only the looked-up rows are read
     stream = (m.total_params() - m.embedding_params()) * 2 / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
     kernels = m.num_layers * 7 + 3  # qkv, attention, out_proj, ffn1, ffn2, 2 norms; embedding, head
-    expected = stream + kernels * gpu.kernel_overhead_s
+    expected = stream + kernels * gpu.kernel_overhead_s + gpu.iteration_overhead_s
     assert r.step_time_s == pytest.approx(expected, rel=0.05)
     assert r.by_category.get("comm:tp", 0.0) == 0.0
 

@@ -58,8 +58,10 @@ def rank_loads(cfg: RoutingConfig, num_experts: int, ep: int, token_copies: floa
         return np.ones(max(ep, 1))
     rng = np.random.default_rng(seed)
     p = expert_probabilities(cfg, num_experts, rng)
-    share = p.reshape(ep, num_experts // ep).sum(axis=1)
+    # contiguous blocks of the (shuffled) experts; uneven when ep does not divide the experts
+    parts = np.array_split(np.arange(num_experts), ep)
+    share = np.array([p[idx].sum() for idx in parts])
     if cfg.sampled and token_copies >= 1:
-        counts = rng.multinomial(int(round(token_copies)), p).reshape(ep, -1).sum(axis=1)
-        share = counts / max(counts.sum(), 1)
+        counts = rng.multinomial(int(round(token_copies)), p)
+        share = np.array([counts[idx].sum() for idx in parts]) / max(counts.sum(), 1)
     return share * ep

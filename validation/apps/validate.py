@@ -49,9 +49,16 @@ def _kernels(data: Path, out: Path, engine: str) -> dict:
     return kernels.run(data, out)
 
 
+def _inference(data: Path, out: Path, engine: str) -> dict:
+    from validation.studies import inference
+
+    return inference.run(data, out)
+
+
 STUDIES = {
     "collectives": (_collectives, "collectives_calibration.csv"),
     "kernels": (_kernels, "kernels_h100.csv"),
+    "inference": (_inference, "inference_calibration.csv"),
 }
 
 

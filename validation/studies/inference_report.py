@@ -1,0 +1,108 @@
+"""Outputs of the inference study: rows.csv, summary.json, report.md and a scatter plot."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from simcore.apps.common import atomic_write_json, atomic_write_text
+
+__all__ = ["write_outputs"]
+
+_EXTRA = ("sim_value", "proxy_value", "rel_error", "proxy_rel_error", "skipped_reason")
+
+
+def _group(records, key, field, stats) -> dict:
+    groups: dict[str, list[float]] = {}
+    for r in records:
+        if r[field] != "":
+            groups.setdefault(str(r.get(key, "")), []).append(float(r[field]))
+    return {k: stats(v) for k, v in sorted(groups.items())}
+
+
+def _scatter(records, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for field, marker, label in (("sim_value", "o", "simulator"), ("proxy_value", "x", "proxy")):
+        pts = [(float(r["value"]), float(r[field])) for r in records
+               if r[field] != "" and r[field] == r[field] and float(r[field]) > 0]
+        if pts:
+            ax.scatter([p[0] / p[0] for p in pts], [p[1] / p[0] for p in pts], marker=marker, label=label, alpha=0.7)
+    ax.axhline(1.0, color="k", lw=0.8)
+    for band in (0.85, 1.15):
+        ax.axhline(band, color="grey", lw=0.6, ls="--")
+    ax.set_yscale("log")
+    ax.set_xticks([])
+    ax.set_ylabel("predicted / measured")
+    ax.set_title("predicted / measured per row (dashed: +-15%)")
+    # spread the points horizontally by row so they can be told apart
+    for coll in ax.collections:
+        offsets = coll.get_offsets()
+        offsets[:, 0] = range(len(offsets))
+        coll.set_offsets(offsets)
+    ax.set_xlim(-1, max(len(records), 1))
+    ax.set_xlabel("row")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict:
+    columns = list(header) + [c for c in _EXTRA if c not in header]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(records)
+    atomic_write_text(out / "rows.csv", buf.getvalue())
+    used = [r for r in records if not r["skipped_reason"]]
+    sim_err = [float(r["rel_error"]) for r in used if r["rel_error"] != ""]
+    proxy_err = [float(r["proxy_rel_error"]) for r in used if r["proxy_rel_error"] != ""]
+    summary = {
+        "study": "inference", "data": str(data_path), "rows_total": len(records), "rows_used": len(used),
+        "rows_skipped": len(records) - len(used), "unknown_columns": unknown,
+        "simulator": stats(sim_err), "proxy": stats(proxy_err),
+        "simulator_by_model": _group(used, "model", "rel_error", stats),
+        "simulator_by_scenario": _group(used, "scenario", "rel_error", stats),
+        "proxy_by_model": _group(used, "model", "proxy_rel_error", stats),
+        "skipped": [{"line": r["line"], "reason": r["skipped_reason"]} for r in records if r["skipped_reason"]],
+    }
+    atomic_write_json(out / "summary.json", summary)
+    _scatter(used, out / "scatter.png")
+    atomic_write_text(out / "report.md", _markdown(summary, used))
+    return summary
+
+
+def _pct(stats: dict, key: str = "median_abs_rel_error") -> str:
+    return f"{stats[key]:.1%}" if key in stats else "-"
+
+
+def _markdown(summary: dict, used) -> str:
+    lines = [f"# Inference study: {summary['data']}", "",
+             f"{summary['rows_used']} rows predicted, {summary['rows_skipped']} skipped.", "",
+             "| | rows | median abs error | geomean abs error | median signed error |", "|---|---|---|---|---|"]
+    for name in ("simulator", "proxy"):
+        s = summary[name]
+        lines.append(f"| {name} | {s.get('rows', 0)} | {_pct(s)} | {_pct(s, 'geomean_abs_rel_error')} | "
+                     f"{_pct(s, 'median_rel_error')} |")
+    for title, key in (("By model (simulator)", "simulator_by_model"), ("By scenario (simulator)",
+                                                                          "simulator_by_scenario")):
+        lines += ["", f"## {title}", "", "| group | rows | median abs error | median signed error |",
+                  "|---|---|---|---|"]
+        for group, s in summary[key].items():
+            lines.append(f"| {group} | {s['rows']} | {_pct(s)} | {_pct(s, 'median_rel_error')} |")
+    lines += ["", "## Rows", "", "| line | model | scenario | metric | measured | simulator | proxy | error |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in used:
+        sim = f"{float(r['sim_value']):.4g}" if r["sim_value"] != "" else "-"
+        err = f"{float(r['rel_error']):+.1%}" if r["rel_error"] != "" else "-"
+        lines.append(f"| {r['line']} | {r['model']} | {r['scenario']} | {r['metric']} | {r['value']} | {sim} | "
+                     f"{float(r['proxy_value']):.4g} | {err} |")
+    if summary["skipped"]:
+        lines += ["", "## Skipped", ""] + [f"- line {s['line']}: {s['reason']}" for s in summary["skipped"]]
+    return "\n".join(lines) + "\n"
