@@ -40,7 +40,7 @@ class ValidateAppConfig:
 def _collectives(data: Path, out: Path, engine: str) -> dict:
     from validation.studies import collectives
 
-    return collectives.run(data, out, engine=engine)
+    return collectives.main(["--data", str(data), "--out", str(out), "--engine", engine])  # prints per row
 
 
 def _kernels(data: Path, out: Path, engine: str) -> dict:
@@ -74,8 +74,8 @@ def run(cfg: DictConfig) -> dict:
         raise UserError(f"study.engine: {cfg.study.engine!r} is not one of analytic, flow")
     out = run_dir()
     summary = func(data, out, cfg.study.engine)
-    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str)[:4000])
     print(f"run dir: {out}")
+    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str))
     return summary
 
 

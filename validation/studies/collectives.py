@@ -268,7 +268,7 @@ def run(data_path: str | Path, out_dir: str | Path, constants: NcclConstants = D
 
 def _print_table(records: list[dict]) -> None:
     print(f"{'collective':15s} {'gpus':>4s} {'size':>12s} {'algo':>12s} {'meas_us':>10s} {'sim_us':>10s} "
-          f"{'err':>7s}")
+          f"{'err':>7s} {'meas_busbw':>10s} {'sim_busbw':>10s}")
     for r in records:
         if r["skipped_reason"]:
             where = f"{r['nodes']}x{r['gpus_per_node']}"
@@ -276,7 +276,8 @@ def _print_table(records: list[dict]) -> None:
             continue
         c = r["_case"]
         print(f"{c.collective:15s} {c.n_ranks:4d} {c.size_bytes:12.0f} {r['sim_algorithm']:>12s} "
-              f"{c.measured_time_s * 1e6:10.2f} {r['_sim_s'] * 1e6:10.2f} {r['_err']:+7.1%}")
+              f"{c.measured_time_s * 1e6:10.2f} {r['_sim_s'] * 1e6:10.2f} {r['_err']:+7.1%} "
+              f"{r.get('busbw_GBps') or '-':>10} {float(r['sim_busbw_GBps']):10.2f}")
 
 
 def main(argv: list[str] | None = None) -> dict:
