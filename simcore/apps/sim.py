@@ -3,13 +3,14 @@
 ``shard-sim plan=outputs/.../best_plan.yaml`` replays a plan found by ``shard-search``;
 ``shard-sim strategy.tp=8 strategy.batch=64`` prices a strategy given on the command line. The
 scenario groups (model, topology, workload) are the same as ``shard-search``'s; a plan file's
-scenario fields are applied unless overridden.
+scenario fields are applied unless overridden. ``export=vllm|sglang|megatron`` also prints the
+target's launch command and the per-operator choices it cannot express, priced by proxy and
+simulator (see :mod:`simcore.export`), and writes ``export_<target>.txt``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -17,20 +18,36 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from planner.config import SearchAppConfig
-from simcore.apps.common import UserError, atomic_write_json, cli_errors, console, run_dir
+from simcore.apps.common import UserError, atomic_write_json, atomic_write_text, cli_errors, console, run_dir
 from simcore.config import build_context, build_engine_config, build_graph
 from simcore.engine import simulate
 from simcore.engine.trace import write_trace
+from simcore.export import check_target, export_plan
 from simcore.proxy import evaluate
-from simcore.strategy import Strategy
+from simcore.strategy import Strategy, megatron_sharding
 
 __all__ = ["run", "main", "SimAppConfig"]
 
 
 @dataclass
+class StrategyConfig:
+    """A strategy typed on the command line (``strategy.tp=8 strategy.sharding.dense_ffn2=dim1``);
+    ignored when ``plan`` is given."""
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    dp: int = 1
+    batch: int = 1
+    microbatches: int = 1
+    sharding: dict[str, str] = field(default_factory=megatron_sharding)
+
+
+@dataclass
 class SimAppConfig(SearchAppConfig):
     plan: str | None = None
-    strategy: dict[str, Any] = field(default_factory=dict)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    export: str | None = None
 
 
 def _load(cfg: DictConfig) -> Strategy:
@@ -81,7 +98,10 @@ def _breakdown_table(title: str, proxy, sim) -> Table:
 
 
 def run(cfg: DictConfig) -> dict:
-    """Simulate the strategy beside the proxy, print both, write ``result.json`` and ``trace.json``."""
+    """Simulate the strategy beside the proxy, print both, write ``result.json`` and ``trace.json``
+    (and, with ``export``, the target's launch command into ``export_<target>.txt``)."""
+    if cfg.export is not None:
+        check_target(str(cfg.export))
     strategy = _load(cfg)
     ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
     graph = build_graph(cfg.topology, cfg.hardware)
@@ -105,10 +125,21 @@ def run(cfg: DictConfig) -> dict:
         con.print(f"{label}: {verdict}")
     out = run_dir()
     payload = {"scenario": cfg.scenario, "proxy": proxy.to_dict(), "sim": sim.to_dict()}
+    if cfg.export is not None:
+        exported = export_plan(strategy, ctx.model, str(cfg.export), ctx=ctx, graph=graph, engine=engine,
+                               plan_sim=sim.tokens_per_s_per_gpu)
+        text = exported.to_text()
+        print(text, end="", flush=True)  # plain print: the command stays copy-pasteable
+        atomic_write_text(out / f"export_{exported.target}.txt", text)
+        payload["export"] = exported.to_dict()
     atomic_write_json(out / "result.json", payload)
     if sim.trace is not None:
         write_trace(out / "trace.json", sim.trace)
     con.print(f"simulated in {sim.wall_s:.2f} s; run dir: {out}")
+    structural = [r for r in proxy.reasons if r not in ("hbm_capacity", "ttft_slo", "tpot_slo")]
+    if structural:  # the user's strategy cannot run at all: bad input (results are written above)
+        raise UserError(f"strategy: not runnable on {ctx.cluster.num_gpus} GPUs of {ctx.model.name}: "
+                        f"{', '.join(structural)} (tp*ep*pp*dp = {strategy.gpus})")
     return payload
 
 
@@ -118,6 +149,4 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="sim")
 @cli_errors
 def main(cfg: DictConfig) -> float:
-    if not cfg.plan and not cfg.strategy:
-        raise UserError("give plan=PATH/best_plan.yaml or strategy.tp=... (see shard-sim --help)")
     return float(run(cfg)["sim"]["tokens_per_s_per_gpu"])
