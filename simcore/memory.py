@@ -114,14 +114,17 @@ def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     kv_ok = np.where(t <= m.num_kv_heads, m.num_kv_heads % t == 0, t % m.num_kv_heads == 0)
     heads_bad = heads_split & ((m.num_heads % t != 0) | ~kv_ok)
     mask |= np.where(heads_bad, bit("heads_divisibility"), 0)
-    feat_bad = np.zeros(len(s), dtype=bool)
-    for name, op in ops.items():
-        # attention and qkv split by heads (checked above); vocabularies are padded to the group
-        if name in ("attention", "qkv", "embedding", "lm_head"):
-            continue
-        c = s.choice[name]
-        feat_bad |= (c == DIM0) & (op.in_features % t != 0)
-        feat_bad |= (c == DIM1) & (op.out_features % t != 0)
+    # attention and qkv split by heads (checked above); vocabularies are padded to the group
+    names = [n for n in ops if n not in ("attention", "qkv", "embedding", "lm_head")]
+    if names:
+        in_f = np.array([ops[n].in_features for n in names])
+        out_f = np.array([ops[n].out_features for n in names])
+        choice = np.stack([s.choice[n] for n in names], axis=1)
+        t2 = t[:, None]
+        bad = ((choice == DIM0) & (in_f % t2 != 0)) | ((choice == DIM1) & (out_f % t2 != 0))
+        feat_bad = bad.any(axis=1)
+    else:
+        feat_bad = np.zeros(len(s), dtype=bool)
     mask |= np.where(feat_bad, bit("feature_divisibility"), 0)
     # ep need not divide the experts: the spare slots of ceil(E / ep) hold redundant copies of hot
     # experts, as DeepSeek's EPLB deployments do (EP72 over 256 experts)
