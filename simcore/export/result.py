@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..strategy import Strategy
 
-__all__ = ["Gap", "Pricing", "ExportResult", "quote", "gap_lines"]
+__all__ = ["Gap", "Pricing", "ExportResult", "quote", "gap_lines", "relative_change"]
 
 _PLACEHOLDER = re.compile(r"^\$\{?[A-Z_][A-Z0-9_]*\}?(:\d+)?$")
 
@@ -26,8 +26,8 @@ def quote(arg: str) -> str:
 @dataclass(frozen=True)
 class Gap:
     """One thing the target cannot express: ``item`` (operator or knob), the plan's value, the
-    target's default (in our vocabulary) and the relative throughput change (proxy, tokens/s/GPU)
-    when only this item falls back; ``None`` when not priced, NaN when the fallback is invalid."""
+    target's default (in our vocabulary), the relative throughput change (proxy, tokens/s/GPU) when
+    only this item falls back (``None`` when not priced) and that fallback's invalidity reasons."""
 
     item: str
     ours: str
@@ -49,16 +49,17 @@ class Pricing:
 
     @property
     def proxy_change(self) -> float:
-        return _change(self.proxy_plan, self.proxy_fallback)
+        return relative_change(self.proxy_plan, self.proxy_fallback)
 
     @property
     def sim_change(self) -> float | None:
         if self.sim_plan is None or self.sim_fallback is None:
             return None
-        return _change(self.sim_plan, self.sim_fallback)
+        return relative_change(self.sim_plan, self.sim_fallback)
 
 
-def _change(before: float, after: float) -> float:
+def relative_change(before: float, after: float) -> float:
+    """``after / before - 1`` (NaN when ``before`` is zero)."""
     return (after - before) / before if before else float("nan")
 
 
@@ -123,9 +124,7 @@ class ExportResult:
 
 
 def _pct(value: float | None) -> str:
-    if value is None:
-        return "not priced"
-    return "invalid" if value != value else f"{value:+.1%}"
+    return "not priced" if value is None else f"{value:+.1%}"
 
 
 def gap_lines(result: ExportResult) -> list[str]:
@@ -137,15 +136,15 @@ def gap_lines(result: ExportResult) -> list[str]:
     for g in result.gaps:
         cost = _pct(g.proxy_change)
         if g.invalid_reasons:
-            cost += f" ({', '.join(g.invalid_reasons)})"
+            cost += f", invalid: {', '.join(g.invalid_reasons)}"
         lines.append(f"  {g.item:<16} {g.ours:<11} {g.target:<18} {cost}")
     p = result.pricing
     if p is None:
         lines.append("fallback not priced (no scenario given)")
         return lines
-    verdict = "" if p.fallback_valid else f"  INVALID: {', '.join(p.fallback_reasons)}"
+    verdict = "" if p.fallback_valid else f", invalid: {', '.join(p.fallback_reasons)}"
     lines.append(f"all gaps together: proxy {p.proxy_plan:,.1f} -> {p.proxy_fallback:,.1f} tokens/s/GPU "
-                 f"({_pct(p.proxy_change)}){verdict}")
+                 f"({_pct(p.proxy_change)}{verdict})")
     if p.sim_change is not None:
         lines.append(f"                   simulator {p.sim_plan:,.1f} -> {p.sim_fallback:,.1f} tokens/s/GPU "
                      f"({_pct(p.sim_change)})")

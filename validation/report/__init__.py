@@ -1,0 +1,11 @@
+"""``shard-report``'s parts: reading jobs, figures they did not record, search curves, plots."""
+
+from __future__ import annotations
+
+from .curves import Curve, read_curve
+from .figures import fill_megatron, fill_sim, megatron_figure, sim_figure
+from .jobs import CSV_COLUMNS, Job, collect, find_jobs, read_job
+from .plots import curves_plot, throughput_plot
+
+__all__ = ["CSV_COLUMNS", "Curve", "Job", "collect", "curves_plot", "fill_megatron", "fill_sim", "find_jobs",
+           "megatron_figure", "read_curve", "read_job", "sim_figure", "throughput_plot"]
