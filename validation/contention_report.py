@@ -17,24 +17,11 @@ from planner.megatron import megatron_search
 from simcore.config import build_graph
 from simcore.engine import EngineConfig, simulate
 from validation.scenarios import scenario_config, scenario_context
+from validation.studies.fidelity_explain import critical_split, overlap_contention_why
 
 __all__ = ["main"]
 
 DEFAULT = ("dense-70b-1node", "dense-70b-prefill", "mixtral-2node", "deepseek-8node")
-
-
-def _why(overlap_ratio: float, full_ratio: float) -> str:
-    parts = []
-    if overlap_ratio < 0.995:
-        parts.append(f"overlap hides {1 - overlap_ratio:.1%} (shared experts beside the dispatch, one "
-                     f"microbatch's collectives under another's kernels)")
-    elif overlap_ratio > 1.005:
-        parts.append(f"overlap costs {overlap_ratio - 1:.1%} (a later microbatch's collective holds the communication "
-                     f"stream when the critical microbatch needs it)")
-    if full_ratio > overlap_ratio * 1.005:
-        parts.append(f"link sharing adds {full_ratio / overlap_ratio - 1:.1%} (pipeline sends and collectives "
-                     f"of neighbouring stages on the same NVLink/NIC links)")
-    return "; ".join(parts) or "no difference: every collective runs alone on its links"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -53,11 +40,12 @@ def main(argv: list[str] | None = None) -> dict:
             ov = simulate(ctx, graph, s, EngineConfig(contention=False, overlap=True))
             full = simulate(ctx, graph, s, EngineConfig(contention=True, overlap=True))
             r_ov, r_full = ov.step_time_s / ov.proxy_step_time_s, full.step_time_s / full.proxy_step_time_s
-            crit = max(full.split, key=lambda d: d["compute"] + d["exposed_comm"])
+            crit = critical_split(full.split)
             rows.append({"strategy": f"tp{s.tp} ep{s.ep} pp{s.pp} dp{s.dp} b{s.batch} mb{s.microbatches}",
                          "overlap_only": round(r_ov, 4), "sim_over_proxy": round(r_full, 4),
                          "exposed_comm_ms": round(crit["exposed_comm"] * 1e3, 3),
-                         "bubble_ms": round((crit["bubble"] + crit["idle"]) * 1e3, 3), "why": _why(r_ov, r_full)})
+                         "bubble_ms": round((crit["bubble"] + crit["idle"]) * 1e3, 3),
+                         "why": overlap_contention_why(r_ov, r_full)})
         ratios = [r["sim_over_proxy"] for r in rows]
         print(f"\n{name}: sim/proxy step over {len(rows)} top Megatron strategies: "
               f"median {statistics.median(ratios):.3f}, range {min(ratios):.3f}-{max(ratios):.3f}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -37,9 +38,19 @@ def cli_errors(func: Callable) -> Callable:
         except (ValueError, KeyError, FileNotFoundError, OmegaConfBaseException) as exc:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             print(f"error: {message}", file=sys.stderr)
+            _log_to_files(f"error: {message}")
             sys.exit(2)
 
     return wrapper
+
+
+def _log_to_files(message: str) -> None:
+    """Put a line into the Hydra job's log file only (the console already shows it), so a report
+    over a sweep can say why a job failed."""
+    record = logging.LogRecord("shard", logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.emit(record)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
