@@ -123,7 +123,10 @@ class Executor:
                     start += d
                 return
             with self.streams[stage]["compute"].request(priority=step * 10_000 + microbatch) as req:
-                yield req
+                try:
+                    yield req
+                except simpy.Interrupt:  # granted, then preempted before it ran: queue again
+                    continue
                 start = self.env.now
                 try:
                     yield self.env.timeout(sum(left[i:]))
