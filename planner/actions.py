@@ -126,20 +126,21 @@ class ActionSpace:
         """``bool[n, size_i]``: allowed values of head ``i`` given columns ``< i`` of ``actions``."""
         n = len(actions)
         head = self.heads[i]
-        full = np.ones((n, head.size), dtype=bool)
         if not self.masking:
-            return full
+            return np.ones((n, head.size), dtype=bool)
         if i < len(self.degree_heads):
             trie = self._tries[i]
-            prefixes = self.values(actions[:, :i], upto=i)
-            for r, prefix in enumerate(map(tuple, prefixes.tolist())):
-                full[r] = trie.get(prefix, full[r])
-            return full
-        tp = self.values(actions[:, :1], upto=1)[:, 0]
-        row = self.ops.index(head.name)
-        for r, t in enumerate(tp.tolist()):
-            full[r] = self._op_ok[t][row]
-        return full
+            earlier = self.degree_heads[:i]
+            out = np.empty((n, head.size), dtype=bool)
+            for r, row in enumerate(np.asarray(actions)[:, :i].tolist()):
+                prefix = tuple(h.values[a] for h, a in zip(earlier, row, strict=True))
+                mask = trie.get(prefix)
+                out[r] = True if mask is None else mask
+            return out
+        table = self._op_ok
+        row = self.ops.index(head.name) if head.name in self.ops else 0
+        tp_values = self.heads[0].values
+        return np.stack([table[tp_values[a]][row] for a in np.asarray(actions)[:, 0].tolist()])
 
     def masks(self, actions: np.ndarray) -> np.ndarray:
         """``bool[n, total_size]``: every head's mask given the earlier heads of each action."""
@@ -188,24 +189,28 @@ class ActionSpace:
                 raise ValueError(f"head {head.name}: value {exc.args[0]} is not one of {head.values}") from None
         return out
 
-    def sample(self, probs: np.ndarray | None, rng: np.random.Generator, n: int = 1) -> np.ndarray:
+    def sample(self, probs: np.ndarray | None, rng: np.random.Generator, n: int = 1,
+               with_masks: bool = False):
         """Sample ``n`` actions head by head, renormalizing each head over its mask.
 
         ``probs`` is ``[n, total_size]`` (per-head probabilities side by side) or ``None`` for
-        uniform sampling. One uniform draw per head and action, so a seed fixes the result.
+        uniform sampling. One uniform draw per head and action, so a seed fixes the result. With
+        ``with_masks`` also return the masks used, as :meth:`masks` would compute them.
         """
         actions = np.zeros((n, self.num_heads), dtype=np.int64)
+        used = []
         for i in range(self.num_heads):
             mask = self.head_mask(i, actions)
+            used.append(mask)
             lo, hi = self.offsets[i], self.offsets[i + 1]
-            p = np.ones((n, hi - lo)) if probs is None else np.asarray(probs, dtype=float)[:, lo:hi].copy()
-            p = np.where(mask, p, 0.0)
+            p = mask.astype(float) if probs is None else np.where(mask, np.asarray(probs)[:, lo:hi], 0.0)
             empty = p.sum(axis=1) <= 0.0
-            p[empty] = mask[empty]  # all mass on masked values: fall back to uniform over the mask
+            if empty.any():  # all mass on masked values: fall back to uniform over the mask
+                p[empty] = mask[empty]
             cdf = np.cumsum(p, axis=1)
             u = rng.random(n) * cdf[:, -1]
             actions[:, i] = np.minimum((cdf <= u[:, None]).sum(axis=1), hi - lo - 1)
-        return actions
+        return (actions, np.concatenate(used, axis=1)) if with_masks else actions
 
     def greedy(self, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Most likely action head by head (each head masked given the greedy earlier heads) and each

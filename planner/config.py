@@ -28,7 +28,8 @@ class PlannerConfig:
     Budget: ``budget`` proposals (invalid and repeated ones count), split into ``chunks`` checkpointed
     chunks. PPO: elite history ``T``, early exit at head confidence ``tau``, reward
     ``alpha * raw + beta * (raw - best)`` on throughput normalized by the warm start, ``invalid_reward``
-    for invalid strategies, CleanRL-named PPO settings, network sizes, ``elite_prior`` (0 = the paper).
+    for invalid strategies, CleanRL-named PPO settings, network sizes, ``elite_prior`` (0 = the paper)
+    applied to every ``elite_prior_every``-th network (the others start uniform and explore).
     Baselines: ``t0`` initial annealing temperature (percent of the reference throughput);
     ``population``, ``tournament``, ``elitism``, ``mutation`` (per head; ``null`` = 1 / heads) for
     the genetic algorithm. Re-ranking: the ``rerank_k`` best distinct strategies by ``reranker``.
@@ -57,17 +58,19 @@ class PlannerConfig:
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
+    norm_adv: bool = True
     d_model: int = 256
     n_heads: int = 4
     hidden: int = 256
     elite_prior: float = 0.0
+    elite_prior_every: int = 1
     t0: float = 100.0
     population: int = 32
     tournament: int = 3
     elitism: int = 2
     mutation: float | None = None
     rerank_k: int = 16
-    reranker: str = "proxy"
+    reranker: str = "sim"
     reference_lines: bool = True
 
 
@@ -78,7 +81,7 @@ def check_planner(p) -> None:
 
     if p.name not in PLANNERS:
         raise ConfigError(f"planner.name: {p.name!r} is not one of {', '.join(PLANNERS)}")
-    for name in ("budget", "T", "chunks", "num_steps", "update_epochs", "population", "tournament",
+    for name in ("budget", "T", "chunks", "elite_prior_every", "num_steps", "update_epochs", "population", "tournament",
                  "rerank_k", "d_model", "n_heads", "hidden"):
         if getattr(p, name) < 1:
             bad(name, "must be >= 1")

@@ -59,6 +59,10 @@ class Evaluator:
     history_value: list = field(default_factory=list)
     history_reasons: list = field(default_factory=list)
     _cache: dict = field(default_factory=dict, repr=False)
+    listener: object = field(default=None, repr=False, compare=False)  # called after each batch
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "listener"} | {"listener": None}
 
     @property
     def remaining(self) -> int:
@@ -105,6 +109,8 @@ class Evaluator:
             self.calls += 1
             if mask == 0 and value > self.best_value:
                 self.best_value, self.best_key = value, t
+        if self.listener is not None:
+            self.listener(self)
         return Outcome(keys, values, valid)
 
     def warm_start(self) -> Outcome:
@@ -132,6 +138,12 @@ class Evaluator:
     def reasons(self, index: int) -> list[str]:
         mask = self.history_reasons[index]
         return [OUTSIDE_SPACE] if mask == _OUTSIDE_MASK else reason_names(mask)
+
+    def history(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every call in order: keys ``[n, 18]``, tokens/s/GPU (NaN outside the space), reason masks
+        (-1 outside the space)."""
+        keys = np.array(self.history_keys, dtype=np.int64).reshape(-1, 6 + len(SEARCHABLE_OPS))
+        return keys, np.array(self.history_value, dtype=float), np.array(self.history_reasons, dtype=np.int64)
 
     def best_so_far(self) -> np.ndarray:
         """Best valid tokens/s/GPU after each call (NaN before the first valid one)."""

@@ -14,7 +14,7 @@ from simcore.strategy import Strategy
 
 from .space import SearchSpace
 
-__all__ = ["RankedPlans", "megatron_search", "rank"]
+__all__ = ["RankedPlans", "megatron_search", "rank", "strategy_from_key", "canonical_key"]
 
 
 @dataclass
@@ -41,6 +41,20 @@ def strategy_from_key(key) -> Strategy:
     tp, ep, pp, dp, batch, mb = key[:6]
     sharding = {op: CHOICES[c] for op, c in zip(SEARCHABLE_OPS, key[6:], strict=True)}
     return Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, microbatches=mb, sharding=sharding)
+
+
+def canonical_key(key, model) -> tuple[int, ...]:
+    """``key`` with every choice that cannot change the cost set to Megatron's: all of them when
+    tp = 1 (nothing is split) and those of operators the model does not have. Two strategies with
+    the same canonical key are the same plan, so re-ranking both would waste a simulation."""
+    from simcore.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
+    from simcore.strategy import megatron_sharding
+
+    key = tuple(int(v) for v in key)
+    meg = megatron_sharding()
+    choices = [CHOICES.index(meg[op]) if key[0] == 1 or not op_applies(model, op) else c
+               for op, c in zip(SEARCHABLE_OPS, key[6:], strict=True)]
+    return key[:6] + tuple(choices)
 
 
 def rank(result: BatchResult) -> np.ndarray:

@@ -66,6 +66,9 @@ class PPO:
     """The agent: a :class:`Policy` and its optimizer."""
 
     def __init__(self, policy: Policy, cfg: PPOConfig) -> None:
+        # One thread: this network is far too small to gain from more, extra threads spin against
+        # each other on a busy machine (100x slower), and one thread makes results reproducible.
+        torch.set_num_threads(1)
         self.policy, self.cfg = policy, cfg
         # fused: one kernel for every parameter, 2x faster than the per-tensor loop on this small net
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
@@ -78,17 +81,20 @@ class PPO:
         return lr
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray, space: ActionSpace, rng: np.random.Generator
-            ) -> tuple[np.ndarray, np.ndarray, float, float, np.ndarray]:
-        """Sample one strategy: ``(action [H], masks [S], log-prob, value, unmasked head probs [S])``."""
+    def probs(self, obs: np.ndarray) -> tuple[torch.Tensor, np.ndarray, float]:
+        """Logits, unmasked per-head probabilities (side by side, float64) and value of one observation."""
         logits, value = self.policy(torch.as_tensor(obs)[None])
         parts = torch.split(logits.double(), self.policy.head_sizes, dim=1)
-        probs = torch.cat([torch.softmax(p, dim=1) for p in parts], dim=1).numpy()
-        action = space.sample(probs, rng)
-        masks = space.masks(action)
+        return logits, torch.cat([torch.softmax(p, dim=1) for p in parts], dim=1).numpy(), float(value[0])
+
+    @torch.no_grad()
+    def act(self, space: ActionSpace, rng: np.random.Generator, logits: torch.Tensor, probs: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, float]:
+        """Sample one strategy from :meth:`probs`' output: ``(action [H], masks [S], log-prob)``."""
+        action, masks = space.sample(probs, rng, with_masks=True)
         logp, _, _ = masked_log_probs(logits, torch.as_tensor(masks), self.policy.head_sizes,
                                       torch.as_tensor(action))
-        return action[0], masks[0], float(logp[0]), float(value[0]), probs[0]
+        return action[0], masks[0], float(logp[0])
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """``update_epochs`` clipped-surrogate steps on the rollout; returns the diagnostics."""
@@ -128,7 +134,7 @@ class PPO:
             self.optimizer.step()
         y_pred, y_true = b_values.numpy(), b_returns.numpy()
         var_y = float(np.var(y_true))
-        explained_var = float("nan") if var_y == 0 else 1.0 - float(np.var(y_true - y_pred)) / var_y
+        explained_var = None if var_y == 0 else 1.0 - float(np.var(y_true - y_pred)) / var_y
         return {"pg_loss": float(pg_loss.detach()), "v_loss": float(v_loss.detach()),
                 "entropy": float(entropy_loss.detach()),
                 "approx_kl": approx_kl, "clipfrac": float(np.mean(clipfracs)),

@@ -43,13 +43,15 @@ class PPOSearch:
 
     def __init__(self, actions: ActionSpace, cfg, seed: int) -> None:
         self.actions, self.cfg, self.seed = actions, cfg, int(seed)
+        torch.set_num_threads(1)  # see PPO.__init__
         self.rng = np.random.default_rng([self.seed, 1])
         self.elite = Elite(int(cfg.T))
         self.restarts = 0
         self.metrics: list[dict] = []
         self.ppo_cfg = PPOConfig(learning_rate=cfg.learning_rate, num_steps=cfg.num_steps,
                                  update_epochs=cfg.update_epochs, clip_coef=cfg.clip_coef,
-                                 ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm)
+                                 ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm,
+                                 norm_adv=cfg.norm_adv)
 
     def start(self, ev: Evaluator) -> None:
         out = ev.warm_start()
@@ -61,8 +63,9 @@ class PPOSearch:
     def _agent(self) -> PPO:
         torch.manual_seed(int(np.random.SeedSequence([self.seed, 2, self.restarts]).generate_state(1)[0]))
         c = self.cfg
+        exploit = (self.restarts + 1) % int(c.elite_prior_every) == 0
         policy = Policy(Elite.record_dim(self.actions), self.actions.sizes.tolist(), d_model=c.d_model,
-                        n_heads=c.n_heads, hidden=c.hidden, elite_prior=c.elite_prior)
+                        n_heads=c.n_heads, hidden=c.hidden, elite_prior=c.elite_prior if exploit else 0.0)
         return PPO(policy, self.ppo_cfg)
 
     def run(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
@@ -72,27 +75,37 @@ class PPOSearch:
             self.restarts += 1
 
     def _life(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
-        """One network's life: rollouts and updates until the chunk ends or the policy is confident."""
+        """One network's life: rollouts and updates until the chunk ends or the policy is confident
+        (checked before each rollout, on the probabilities its first step samples from)."""
         agent, start = self._agent(), ev.calls
-        span = max(min(until, ev.budget) - start, 1)
-        while ev.calls < min(until, ev.budget):
+        end = min(until, ev.budget)
+        span = max(end - start, 1)
+        stats = None
+        while ev.calls < end:
             rollout = Rollout()
-            while len(rollout) < self.ppo_cfg.num_steps and ev.calls < min(until, ev.budget):
+            while len(rollout) < self.ppo_cfg.num_steps and ev.calls < end:
                 if stop():
                     return
-                self._step(ev, agent, rollout)
+                obs = self.elite.observation(self.actions)
+                logits, probs, value = agent.probs(obs)
+                if len(rollout) == 0 and stats is not None:  # after each update: log, maybe exit
+                    confidence = self.actions.greedy(probs)[1][0]
+                    self._log(ev, stats, confidence)
+                    if confidence.min() >= self.cfg.tau:
+                        return
+                self._step(ev, agent, rollout, obs, logits, probs, value)
             lr = agent.set_progress((ev.calls - start) / span)
-            stats = agent.update(rollout)
-            confidence = self._confidence(agent)
-            best = ev.best_value if ev.best_key is not None else None
-            self.metrics.append({"call": ev.calls, "restart": self.restarts, **stats, "lr": lr,
-                                 "min_confidence": float(confidence.min()), "best": best})
-            if confidence.min() >= self.cfg.tau:
-                return
+            stats = agent.update(rollout) | {"lr": lr}
+        if stats is not None:  # the life's last update
+            self._log(ev, stats, self.actions.greedy(agent.probs(self.elite.observation(self.actions))[1])[1][0])
 
-    def _step(self, ev: Evaluator, agent: PPO, rollout: Rollout) -> None:
-        obs = self.elite.observation(self.actions)
-        action, masks, logp, value, _ = agent.act(obs, self.actions, self.rng)
+    def _log(self, ev: Evaluator, stats: dict, confidence: np.ndarray) -> None:
+        best = ev.best_value if ev.best_key is not None else None
+        self.metrics.append({"call": ev.calls, "restart": self.restarts, **stats,
+                             "min_confidence": float(confidence.min()), "best": best})
+
+    def _step(self, ev: Evaluator, agent: PPO, rollout: Rollout, obs, logits, probs, value) -> None:
+        action, masks, logp = agent.act(self.actions, self.rng, logits, probs)
         best = ev.normalized(ev.best_value) if ev.best_key is not None else None
         out = ev.evaluate_actions(action[None])
         raw = ev.normalized(float(out.tokens_per_s_per_gpu[0])) if out.valid[0] else None
@@ -106,13 +119,3 @@ class PPOSearch:
         rollout.logprobs.append(logp)
         rollout.values.append(value)
         rollout.rewards.append(r)
-
-    def _confidence(self, agent: PPO) -> np.ndarray:
-        """Each head's top probability for the current observation, heads masked given the greedy
-        choice of the heads before them."""
-        obs = self.elite.observation(self.actions)
-        with torch.no_grad():
-            logits, _ = agent.policy(torch.as_tensor(obs)[None])
-            parts = torch.split(logits.double(), agent.policy.head_sizes, dim=1)
-            probs = torch.cat([torch.softmax(p, dim=1) for p in parts], dim=1).numpy()
-        return self.actions.greedy(probs)[1][0]

@@ -163,8 +163,8 @@ class _Lowerer:
         p_active = 1.0 - (1.0 - 1.0 / e_total) ** routed
         active = slots * p_active
         per_expert = routed / e_total / self.xp.maximum(p_active, 1e-30)
-        rep = c == REPLICATED
-        m = self.xp.where(rep, self.xp.ceil(per_expert / self.t), per_expert)
+        # replicated: the tensor-parallel ranks split the tokens (an expected count, so no ceil)
+        m = self.xp.where(c == REPLICATED, per_expert / self.t, per_expert)
         k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
         n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
         time = gemm_time_s(m, n, k, self.gpu, self.w.precision, count=active)

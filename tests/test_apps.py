@@ -28,7 +28,16 @@ def app(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def search_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("search")
-    proc = app("search", "experiment=dense-70b-1node", f"hydra.run.dir={out}", cwd=out)
+    proc = app("search", "experiment=dense-70b-1node", "planner=megatron", f"hydra.run.dir={out}", cwd=out)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ppo")
+    proc = app("search", "experiment=dense-70b-1node", "planner.budget=120", "planner.d_model=32",
+               "planner.hidden=32", "planner.rerank_k=4", "seed=3", f"hydra.run.dir={out}", cwd=out)
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -49,6 +58,66 @@ def test_search_writes_results_and_a_replayable_plan(search_run):
     assert replay["tokens_per_s_per_gpu"] == pytest.approx(results["proxy_tokens_per_s_per_gpu"], rel=1e-9)
 
 
+def test_default_planner_is_ppo_and_writes_every_output(ppo_run):
+    out, proc = ppo_run
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["planner"] == "ppo" and summary["seed"] == 3 and summary["calls"] == 120
+    assert summary["reranker"] == "proxy" and summary["sim_tokens_per_s_per_gpu"] is None
+    assert summary["reranked_tokens_per_s_per_gpu"] == pytest.approx(summary["proxy_tokens_per_s_per_gpu"])
+    assert 0 < summary["fraction_of_exact"] <= 1 + 1e-12 and summary["wall_s"] > 0
+    results = json.loads((out / "results.json").read_text())
+    assert {"best", "planner", "calls", "wall_s", "scenario", "config"} <= set(results)
+    rows = (out / "candidates.csv").read_text().splitlines()
+    assert len(rows) == 121 and rows[0].startswith("call,tp,ep,pp,dp,batch,microbatches,embedding")
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics and {"approx_kl", "clipfrac", "entropy", "explained_variance"} <= set(metrics[0])
+    assert (out / "search_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert "proxy #" in proc.stdout and "sharding vs Megatron" in proc.stdout and "cand/s" in proc.stdout
+    sim_out = out / "sim"
+    sim = app("sim", "experiment=dense-70b-1node", f"plan={out / 'best_plan.yaml'}", f"hydra.run.dir={sim_out}",
+              cwd=out)
+    assert sim.returncode == 0, sim.stderr
+    replay = json.loads((sim_out / "result.json").read_text())["proxy"]
+    assert replay["tokens_per_s_per_gpu"] == pytest.approx(summary["proxy_tokens_per_s_per_gpu"], rel=1e-9)
+
+
+def test_unknown_planner_lists_the_choices(tmp_path):
+    proc = app("search", "planner=ppo3", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert all(name in proc.stderr for name in ("ppo", "random-walk", "annealing", "genetic", "exact"))
+
+
+@pytest.mark.slow
+def test_sigint_saves_and_resume_matches_an_uninterrupted_run(tmp_path):
+    import signal
+    import time
+
+    args = ["experiment=dense-70b-1node", "planner.budget=500", "planner.reference_lines=false", "seed=5"]
+    whole = tmp_path / "whole"
+    assert app("search", *args, f"hydra.run.dir={whole}", cwd=tmp_path).returncode == 0
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen([sys.executable, "-c", ENTRY["search"], *args, f"hydra.run.dir={cut}"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if len(list(cut.glob("checkpoint.pkl"))) and (cut / ".hydra").exists():
+            time.sleep(2.0)  # past the warm start: somewhere inside the first chunks
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "+resume=" in err and err.strip().count("\n") == 0, err
+    assert not (cut / "results.json").exists()
+    resumed = app("search", *args, f"+resume={cut}", f"hydra.run.dir={tmp_path / 'again'}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = (json.loads((d / "results.json").read_text()) for d in (whole, cut))
+    assert a["best"] == b["best"] and a["calls"] == b["calls"]
+    assert (whole / "candidates.csv").read_text() == (cut / "candidates.csv").read_text()
+    other = app("search", *args, "planner.budget=400", f"+resume={cut}", f"hydra.run.dir={tmp_path / 'x'}",
+                cwd=tmp_path)
+    assert other.returncode == 2 and "planner.budget" in other.stderr
+
+
 def test_report_gathers_jobs(search_run, tmp_path):
     out, _ = search_run
     proc = app("report", str(out), cwd=tmp_path)
@@ -64,6 +133,10 @@ def test_report_gathers_jobs(search_run, tmp_path):
     (["topology.num_nodes=0"], "num_nodes"),
     (["planner.batch=[0,4]"], "batch"),
     (["planner.name=ppo2"], "planner.name"),
+    (["planner.budget=0"], "planner.budget"),
+    (["planner.T=0"], "planner.T"),
+    (["planner.tau=1.5"], "planner.tau"),
+    (["+resume=/nonexistent/run"], "no checkpoint"),
     (["+hardware.overrides.hbm_speed=1"], "hbm_speed"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, field):

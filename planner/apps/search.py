@@ -1,88 +1,162 @@
-"""``shard-search``: find the best sharding for the configured scenario.
+"""``shard-search``: find the best sharding for the configured scenario (PPO by default).
 
 A thin Hydra entry point over :func:`run`, which is pure: config in, files in the run dir out.
+``planner=ppo|random|random-walk|annealing|genetic|megatron|exact`` picks the method,
+``planner.budget=N`` and ``seed=N`` its budget and seed; ``+resume=RUN_DIR`` continues an interrupted
+run in ``RUN_DIR`` (SIGINT/SIGTERM stop a run cleanly after saving).
+
+Writes ``results.json`` and ``summary.json``, ``best_plan.yaml`` (replay with ``shard-sim plan=...``),
+``candidates.csv`` (every evaluated strategy), ``search_curve.png`` and, for PPO, ``metrics.jsonl``.
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import hydra
+import numpy as np
+import yaml
 from omegaconf import DictConfig, OmegaConf
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from planner.config import register
+from planner.apps.outputs import plot_curve, rerank_table, write_candidates, write_metrics
+from planner.checkpoint import StopRequest
+from planner.config import check_planner, register
+from planner.exact import exact_optimum
 from planner.megatron import megatron_search, strategy_from_key
+from planner.rerank import make_reranker, rerank_search
+from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
 from planner.space import SearchSpace
-from simcore.apps.common import UserError, atomic_write_json, atomic_write_text, cli_errors, console, run_dir
-from simcore.config import build_context
+from simcore.apps.common import atomic_write_json, atomic_write_text, cli_errors, console, run_dir
+from simcore.config import build_context, build_engine_config, build_graph
+from simcore.opgraph import SEARCHABLE_OPS, op_applies
 from simcore.proxy import evaluate
 
 __all__ = ["run", "main"]
 
-PLANNERS = ("megatron",)
-
 
 def _space(ctx, cfg: DictConfig) -> SearchSpace:
     p = cfg.planner
-    if p.budget < 1:
-        raise UserError(f"planner.budget must be >= 1, got {p.budget}")
     batch = tuple(int(b) for b in p.batch) if p.batch else None
     return SearchSpace.for_context(ctx, batch=batch, microbatches=tuple(int(m) for m in p.microbatches),
                                    max_tp=p.max_tp, max_pp=int(p.max_pp))
 
 
-def _table(results, con, title: str) -> None:
-    table = Table(title=title)
-    for col in ("#", "tp", "ep", "pp", "dp", "batch", "mb", "tok/s/GPU", "TPOT ms", "TTFT ms",
-                "compute", "comm", "bubble", "HBM GB"):
-        table.add_column(col, justify="right")
-    for i, r in enumerate(results, 1):
-        s, cat = r.strategy, r.by_category
-        comm = sum(v for k, v in cat.items() if k.startswith("comm"))
-        total = r.step_time_s or 1.0
-        table.add_row(str(i), str(s.tp), str(s.ep), str(s.pp), str(s.dp), str(s.batch), str(s.microbatches),
-                      f"{r.tokens_per_s_per_gpu:,.1f}", _ms(r.tpot_s), _ms(r.ttft_s),
-                      f"{cat.get('compute', 0) / total:.0%}", f"{comm / total:.0%}",
-                      f"{cat.get('bubble', 0) / total:.0%}", f"{r.memory_per_gpu_bytes / 1e9:.1f}")
-    con.print(table)
+def _search(ctx, space, cfg, out: Path, config: dict, resume: bool) -> SearchResult:
+    """Run the planner under a progress bar (best so far, candidates/s) and a stop request."""
+    import torch
+
+    torch.set_num_threads(1)  # tiny network: one thread is fastest and bit-reproducible
+    p = cfg.planner
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("best {task.fields[best]}"), TextColumn("{task.fields[rate]} cand/s"), TimeElapsedColumn())
+    with StopRequest() as stop, Progress(*columns, console=console()) as progress:
+        task = progress.add_task(f"{p.name} on {cfg.scenario}", total=int(p.budget) if p.name in ITERATIVE else None,
+                                 best="-", rate="-")
+        started = time.perf_counter()
+
+        def listener(ev) -> None:
+            best = f"{ev.best_value:,.1f}" if ev.best_key is not None else "-"
+            rate = ev.calls / max(time.perf_counter() - started, 1e-9)
+            progress.update(task, completed=ev.calls, best=best, rate=f"{rate:,.0f}")
+
+        try:
+            return run_planner(ctx, space, p, int(cfg.seed), run_dir=out, config=config, resume=resume, stop=stop,
+                               listener=listener)
+        except SearchInterrupted as exc:
+            exc.signal = stop.signal
+            raise
 
 
-def _ms(seconds: float) -> str:
-    return "-" if seconds != seconds else f"{seconds * 1e3:.2f}"
+def _references(ctx, space, cfg, result: SearchResult) -> tuple[float | None, float | None]:
+    """Proxy throughput of the Megatron heuristic and of the exact optimum (for the curve and table)."""
+    if result.planner == "megatron":
+        megatron = result.best_value
+    else:
+        ranked = megatron_search(ctx, space)
+        megatron = float(ranked.result.tokens_per_s_per_gpu[ranked.order[0]]) if ranked.num_valid else None
+    exact = None
+    if result.planner == "exact":
+        exact = result.best_value
+    elif cfg.planner.reference_lines:
+        try:
+            exact = exact_optimum(ctx, space).tokens_per_s_per_gpu
+        except ValueError:  # a static workload too large for brute force: no exact line
+            exact = None
+    return megatron, exact
 
 
 def run(cfg: DictConfig) -> dict:
-    """Search, print the top plans, write ``results.json`` and ``best_plan.yaml``; return the summary."""
-    if cfg.planner.name not in PLANNERS:
-        raise UserError(f"planner.name: {cfg.planner.name!r} is not one of {', '.join(PLANNERS)}")
-    con = console()
+    """Search, re-rank, print the tables, write every output; return the summary."""
+    check_planner(cfg.planner)
+    resume_dir = cfg.get("resume")
+    out = Path(resume_dir) if resume_dir else run_dir()
+    config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
     ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
-    start = time.perf_counter()
-    ranked = megatron_search(ctx, _space(ctx, cfg))
-    wall_s = time.perf_counter() - start
-    out = run_dir()
-    top = [evaluate(ctx, strategy_from_key(ranked.keys[i])) for i in ranked.order[: int(cfg.top)]]
-    _table(top, con, f"{cfg.scenario}: top plans ({cfg.planner.name}, {ranked.calls} proxy calls, "
-                         f"{ranked.num_valid} valid, {wall_s:.2f} s)")
-    if not top or not top[0].valid:
-        reasons = top[0].reasons if top else []
-        con.print(f"[red]no valid strategy[/red]; best candidate fails: {', '.join(reasons)}")
-    best = top[0]
-    summary = {
-        "scenario": cfg.scenario, "planner": cfg.planner.name, "seed": int(cfg.seed), "calls": ranked.calls,
-        "valid": ranked.num_valid, "wall_s": wall_s, "best": best.to_dict(),
-        "proxy_tokens_per_s_per_gpu": best.tokens_per_s_per_gpu if best.valid else None,
-        "top": [r.to_dict() for r in top], "config": OmegaConf.to_container(cfg, resolve=True),
-    }
-    atomic_write_json(out / "results.json", summary)
-    plan = {"scenario": cfg.scenario, "model": cfg.model.name, "topology": OmegaConf.to_container(cfg.topology),
-            "workload": OmegaConf.to_container(cfg.workload), "strategy": best.strategy.to_dict()}
-    import yaml
-
-    atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
-    con.print(f"best: {best.tokens_per_s_per_gpu:,.1f} tokens/s/GPU  ->  run dir: {out}")
+    space = _space(ctx, cfg)
+    con = console()
+    result = _search(ctx, space, cfg, out, config, resume=bool(resume_dir))
+    started = time.perf_counter()
+    graph = build_graph(cfg.topology, cfg.hardware) if cfg.planner.reranker == "sim" else None
+    reranker = make_reranker(ctx, cfg.planner.reranker, graph, build_engine_config(cfg.sim))
+    reranked = rerank_search(ctx, result, int(cfg.planner.rerank_k), reranker)
+    rerank_s = time.perf_counter() - started
+    megatron, exact = _references(ctx, space, cfg, result)
+    ops = tuple(op for op in SEARCHABLE_OPS if op_applies(ctx.model, op))
+    if reranked:
+        con.print(rerank_table(reranked, ops, cfg.planner.reranker,
+                               f"{cfg.scenario}: {result.planner}, {result.calls} calls, proxy vs "
+                               f"{cfg.planner.reranker} ranking"))
+        answer = evaluate(ctx, reranked[0].strategy)
+    else:
+        score = np.where(np.isnan(result.values), -np.inf, result.values)
+        answer = evaluate(ctx, strategy_from_key(result.keys[int(np.argmax(score))]))
+        con.print(f"[red]no valid strategy[/red]; best candidate fails: {', '.join(answer.reasons)}")
+    summary = _summary(cfg, result, answer, reranked, megatron, exact, rerank_s)
+    _write(out, cfg, result, answer, reranked, summary, megatron, exact)
+    if answer.valid:
+        vs = "" if not megatron else f" ({answer.tokens_per_s_per_gpu / megatron:.3f}x Megatron"
+        vs += "" if not exact or not megatron else f", {answer.tokens_per_s_per_gpu / exact:.4f} of exact)"
+        con.print(f"best: {answer.tokens_per_s_per_gpu:,.1f} tokens/s/GPU{vs}  ->  run dir: {out}")
+    else:
+        con.print(f"run dir: {out}")
     return summary
+
+
+def _summary(cfg, result: SearchResult, answer, reranked, megatron, exact, rerank_s: float) -> dict:
+    sim = cfg.planner.reranker == "sim"
+    value = reranked[0].tokens_per_s_per_gpu if reranked else None
+    proxy = answer.tokens_per_s_per_gpu if answer.valid else None
+    return {
+        "scenario": cfg.scenario, "planner": result.planner, "seed": int(cfg.seed), "calls": result.calls,
+        "proxy_evals": result.proxy_evals, "valid": int((result.reasons == 0).sum()), "wall_s": result.wall_s,
+        "rerank_wall_s": rerank_s, "reranker": cfg.planner.reranker, "rerank_k": len(reranked),
+        "proxy_tokens_per_s_per_gpu": proxy, "reranked_tokens_per_s_per_gpu": value,
+        "sim_tokens_per_s_per_gpu": value if sim else None,
+        "search_best_proxy_tokens_per_s_per_gpu": None if result.best_key is None else result.best_value,
+        "megatron_tokens_per_s_per_gpu": megatron, "exact_tokens_per_s_per_gpu": exact,
+        "ratio_to_megatron": proxy / megatron if proxy and megatron else None,
+        "fraction_of_exact": proxy / exact if proxy and exact else None,
+        "strategy": answer.strategy.to_dict(),
+    }
+
+
+def _write(out: Path, cfg, result, answer, reranked, summary, megatron, exact) -> None:
+    results = {**summary, "best": answer.to_dict(), "config": OmegaConf.to_container(cfg, resolve=True),
+               "top": [{"strategy": r.strategy.to_dict(), "proxy_tokens_per_s_per_gpu": r.proxy_tokens_per_s_per_gpu,
+                        "proxy_rank": r.proxy_rank, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
+                        "valid": r.valid, "rank": r.rank} for r in reranked]}
+    atomic_write_json(out / "results.json", results)
+    atomic_write_json(out / "summary.json", summary)
+    plan = {"scenario": cfg.scenario, "model": cfg.model.name, "topology": OmegaConf.to_container(cfg.topology),
+            "workload": OmegaConf.to_container(cfg.workload), "strategy": answer.strategy.to_dict()}
+    atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
+    write_candidates(out / "candidates.csv", result)
+    if result.metrics:
+        write_metrics(out / "metrics.jsonl", result.metrics)
+    plot_curve(out / "search_curve.png", result, f"{cfg.scenario}: {result.planner}, seed {cfg.seed}", megatron, exact)
 
 
 register()
@@ -91,5 +165,11 @@ register()
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="search")
 @cli_errors
 def main(cfg: DictConfig) -> float:
-    summary = run(cfg)
+    try:
+        summary = run(cfg)
+    except SearchInterrupted as exc:
+        where = exc.run_dir or "the run dir"
+        print(f"interrupted: {exc.chunks_done} chunk(s) saved in {where}; continue with +resume={where}",
+              file=sys.stderr)
+        sys.exit(128 + int(getattr(exc, "signal", None) or 2))
     return float(summary["proxy_tokens_per_s_per_gpu"] or 0.0)

@@ -24,11 +24,15 @@ _DATA = Path(__file__).resolve().parent.parent / "data"
 @dataclass
 class StudyConfig:
     """``name``: which study; ``data``: its input CSV (``null`` = the shipped calibration file);
-    ``engine``: ``analytic`` (the cost model) or ``flow`` (the flow-level simulator) where it applies."""
+    ``engine``: ``analytic`` (the cost model) or ``flow`` (the flow-level simulator) where it applies.
+    Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``."""
 
     name: str = "collectives"
     data: str | None = None
     engine: str = "analytic"
+    strategies: int | None = None
+    scenarios: list[str] | None = None
+    quick: bool = False
 
 
 @dataclass
@@ -55,10 +59,31 @@ def _inference(data: Path, out: Path, engine: str) -> dict:
     return inference.run(data, out)
 
 
+def _fidelity(out: Path, study) -> dict:
+    from validation.studies import fidelity
+
+    scenarios = list(study.scenarios) if study.scenarios else None
+    summary = fidelity.run(out, scenarios=scenarios, strategies=study.strategies, quick=bool(study.quick))
+    return {"study": "fidelity", "headline": summary["headline"], "summary": str(out / "summary.json")}
+
+
+def _rewrites(out: Path, study) -> dict:
+    from validation.studies import rewrites
+    from validation.studies.rewrites_report import headline
+
+    scenarios = list(study.scenarios) if study.scenarios else None
+    summary = rewrites.run(out, scenarios=scenarios, quick=bool(study.quick))
+    return {"study": "rewrites", "headline": headline(summary), "summary": str(out / "summary.json")}
+
+
+# name -> (function, default data file). A study with data is called as function(data, out_dir, engine);
+# one without (default None; ``data=`` is ignored) as function(out_dir, study config).
 STUDIES = {
     "collectives": (_collectives, "collectives_calibration.csv"),
     "kernels": (_kernels, "kernels_h100.csv"),
     "inference": (_inference, "inference_calibration.csv"),
+    "fidelity": (_fidelity, None),
+    "rewrites": (_rewrites, None),
 }
 
 
@@ -67,13 +92,19 @@ def run(cfg: DictConfig) -> dict:
     if name not in STUDIES:
         raise UserError(f"study.name: {name!r} is not one of {', '.join(STUDIES)}")
     func, default = STUDIES[name]
-    data = Path(cfg.data or cfg.study.data or _DATA / default)
-    if not data.is_file():
+    data = None if default is None else Path(cfg.data or cfg.study.data or _DATA / default)
+    if data is not None and not data.is_file():
         raise UserError(f"data: no such file {data}")
     if cfg.study.engine not in ("analytic", "flow"):
         raise UserError(f"study.engine: {cfg.study.engine!r} is not one of analytic, flow")
     out = run_dir()
-    summary = func(data, out, cfg.study.engine)
+    if data is not None:
+        summary = func(data, out, cfg.study.engine)
+    else:
+        try:
+            summary = func(out, cfg.study)
+        except ValueError as exc:  # a bad setting (an unknown scenario, strategies < 1): one line, exit 2
+            raise UserError(f"study.{name}: {exc}") from exc
     print(f"run dir: {out}")
     print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str))
     return summary

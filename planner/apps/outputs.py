@@ -1,0 +1,94 @@
+"""What ``shard-search`` writes and prints besides ``results.json``: the candidates, the curve, tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+
+from simcore.apps.common import atomic_write_text
+from simcore.memory import reason_names
+from simcore.opgraph import SEARCHABLE_OPS
+from simcore.strategy import Strategy, megatron_sharding
+
+from ..actions import OUTSIDE_SPACE
+from ..rerank import Reranked
+from ..runner import SearchResult
+
+__all__ = ["write_candidates", "write_metrics", "plot_curve", "rerank_table", "sharding_diff"]
+
+_DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
+
+
+def write_candidates(path: Path, result: SearchResult) -> None:
+    """``candidates.csv``: every evaluated strategy in order, with its validity and the best so far."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["call", *_DEGREES, *SEARCHABLE_OPS, "valid", "tokens_per_s_per_gpu", "reasons", "best_so_far"])
+    curve = result.curve()
+    for i, (key, value, mask) in enumerate(zip(result.keys.tolist(), result.values, result.reasons, strict=True)):
+        reasons = OUTSIDE_SPACE if mask < 0 else ";".join(reason_names(int(mask)))
+        choices = [("dim0", "dim1", "replicated")[c] for c in key[6:]]
+        writer.writerow([i + 1, *key[:6], *choices, int(mask == 0), "" if np.isnan(value) else f"{value:.6g}",
+                         reasons, "" if np.isnan(curve[i]) else f"{curve[i]:.6g}"])
+    atomic_write_text(path, buf.getvalue())
+
+
+def write_metrics(path: Path, metrics: list[dict]) -> None:
+    """``metrics.jsonl``: one line per PPO update (NaN written as null)."""
+    def clean(v):
+        return None if isinstance(v, float) and not np.isfinite(v) else v
+
+    atomic_write_text(path, "".join(json.dumps({k: clean(v) for k, v in m.items()}) + "\n" for m in metrics))
+
+
+def plot_curve(path: Path, result: SearchResult, title: str, megatron: float | None, exact: float | None) -> None:
+    """``search_curve.png``: best-so-far tokens/s/GPU against proxy calls, with reference lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    curve = result.curve()
+    if len(curve) > 1:
+        ax.plot(np.arange(1, len(curve) + 1), curve, label=f"{result.planner} (best so far)")
+    elif len(curve) == 1 or np.isfinite(result.best_value):
+        ax.plot([result.calls], [result.best_value], "o", label=result.planner)
+    for value, label, style in ((megatron, "Megatron heuristic", "--"), (exact, "exact optimum", ":")):
+        if value is not None and np.isfinite(value):
+            ax.axhline(value, linestyle=style, color="k" if style == ":" else "grey", label=f"{label} {value:,.1f}")
+    ax.set_xlabel("proxy calls")
+    ax.set_ylabel("tokens/s/GPU (proxy)")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def sharding_diff(strategy: Strategy, ops: tuple[str, ...]) -> str:
+    """Operators whose choice differs from Megatron's, e.g. ``expert_ffn2=dim1`` (``-`` if none)."""
+    meg = megatron_sharding()
+    diff = [f"{op}={strategy.sharding[op]}" for op in ops if strategy.sharding[op] != meg[op]]
+    return ", ".join(diff) if diff else "-"
+
+
+def rerank_table(reranked: list[Reranked], ops: tuple[str, ...], reranker: str, title: str) -> Table:
+    """Proxy ranking next to the re-ranker's, with each plan's departures from Megatron sharding."""
+    table = Table(title=title)
+    for col in ("proxy #", f"re-ranked # ({reranker})", "tp", "ep", "pp", "dp", "batch", "mb", "proxy tok/s/GPU",
+                f"re-ranked tok/s/GPU ({reranker})", "sharding vs Megatron"):
+        table.add_column(col, justify="left" if col.startswith("sharding") else "right")
+    for r in sorted(reranked, key=lambda r: r.proxy_rank):
+        s = r.strategy
+        value = f"{r.tokens_per_s_per_gpu:,.1f}" + ("" if r.valid else " (invalid)")
+        table.add_row(str(r.proxy_rank), str(r.rank), str(s.tp), str(s.ep), str(s.pp), str(s.dp), str(s.batch),
+                      str(s.microbatches), f"{r.proxy_tokens_per_s_per_gpu:,.1f}", value, sharding_diff(s, ops))
+    return table
