@@ -130,7 +130,7 @@ def test_simulator_reranks_the_distinct_best_plans(dense):
     result = run_planner(ctx, space, small("random", budget=200), seed=2)
     graph = build_topology("hgx-h100", num_nodes=1)
     ranked = rerank_search(ctx, result, 4, make_reranker(ctx, "sim", graph))
-    assert 1 <= len(ranked) and sorted(r.rank for r in ranked) == list(range(1, len(ranked) + 1))
+    assert len(ranked) >= 1 and sorted(r.rank for r in ranked) == list(range(1, len(ranked) + 1))
     assert len({repr(r.strategy) for r in ranked}) == len(ranked)
     values = [r.tokens_per_s_per_gpu for r in ranked if r.valid]
     assert values == sorted(values, reverse=True)

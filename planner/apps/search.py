@@ -117,9 +117,12 @@ def run(cfg: DictConfig) -> dict:
     summary = _summary(cfg, result, answer, reranked, megatron, exact, rerank_s)
     _write(out, cfg, result, answer, reranked, summary, megatron, exact)
     if answer.valid:
-        vs = "" if not megatron else f" ({answer.tokens_per_s_per_gpu / megatron:.3f}x Megatron"
-        vs += "" if not exact or not megatron else f", {answer.tokens_per_s_per_gpu / exact:.4f} of exact)"
-        con.print(f"best: {answer.tokens_per_s_per_gpu:,.1f} tokens/s/GPU{vs}  ->  run dir: {out}")
+        refs = [f"{answer.tokens_per_s_per_gpu / megatron:.3f}x Megatron" if megatron else "",
+                f"{answer.tokens_per_s_per_gpu / exact:.4f} of exact" if exact else ""]
+        vs = ", ".join(r for r in refs if r)
+        sim = f", simulator {reranked[0].tokens_per_s_per_gpu:,.1f}" if cfg.planner.reranker == "sim" else ""
+        con.print(f"best: {answer.tokens_per_s_per_gpu:,.1f} tokens/s/GPU proxy{sim}" + (f" ({vs})" if vs else "")
+                  + f"  ->  run dir: {out}")
     else:
         con.print(f"run dir: {out}")
     return summary

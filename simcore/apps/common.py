@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["cli_errors", "atomic_write_text", "atomic_write_json", "run_dir", "UserError", "console"]
+__all__ = ["cli_errors", "atomic_write_text", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console"]
 
 
 def console():
@@ -26,8 +26,28 @@ class UserError(ValueError):
     """Bad input from the user: reported as one line, exit code 2."""
 
 
+class JobFailed(RuntimeError):
+    """Bad input in one job of a sweep (``-m``): Hydra records that job as failed and runs the others."""
+
+
+def _in_sweep() -> bool:
+    """Whether this call is a job of a Hydra multirun (any launcher: basic, joblib, Ray, Submitit)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:  # not under Hydra
+        return False
+
+
 def cli_errors(func: Callable) -> Callable:
-    """Turn bad-input exceptions into ``error: <message>`` on stderr and exit code 2 (no traceback)."""
+    """Turn bad-input exceptions into ``error: <message>`` on stderr and exit code 2 (no traceback).
+
+    In a sweep the job raises :class:`JobFailed` instead of exiting: ``sys.exit`` would end the whole
+    sweep (SystemExit escapes Hydra's per-job handler and a joblib/Ray worker), while an exception
+    marks only this job failed; Hydra runs the others and exits non-zero at the end.
+    """
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
@@ -39,6 +59,8 @@ def cli_errors(func: Callable) -> Callable:
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             print(f"error: {message}", file=sys.stderr)
             _log_to_files(f"error: {message}")
+            if _in_sweep():
+                raise JobFailed(message) from None
             sys.exit(2)
 
     return wrapper

@@ -4,6 +4,10 @@ A job directory holds ``.hydra/`` (Hydra's config snapshot) and, once finished, 
 (``shard-search``) and possibly ``summary.json``; keys of ``summary.json`` take precedence. A job
 without either is failed or unfinished: its error is the last error-looking line of its logs.
 A ``shard-sim`` run dir (``result.json`` only) is not a search job and is skipped.
+
+A job's GPU count is its cluster's (``topology.num_nodes`` nodes of the preset's GPUs per node: 8 for
+the H100/H200/H800 presets, 72 for ``gb200-nvl72``, whose node is a whole NVL72 rack), known even when
+the job failed; a plan always uses every GPU (``dp`` is derived).
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ import yaml
 
 from .curves import Curve, read_curve
 
-__all__ = ["Job", "find_jobs", "read_job", "collect", "CSV_COLUMNS"]
+__all__ = ["Job", "find_jobs", "read_job", "collect", "cluster_size", "CSV_COLUMNS"]
 
-CSV_COLUMNS = ("job", "status", "scenario", "topology", "model", "gpus", "planner", "plan", "tp", "ep", "pp",
+CSV_COLUMNS = ("job", "status", "scenario", "topology", "model", "gpus", "num_nodes", "gpus_per_node", "planner", "plan", "tp", "ep", "pp",
                "dp", "batch", "microbatches", "proxy_tokens_per_s_per_gpu", "sim_tokens_per_s_per_gpu",
                "sim_source", "megatron_tokens_per_s_per_gpu", "ratio_to_megatron", "megatron_source", "calls", "search_s",
                "error")
 _DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
 _ERROR = re.compile(r"error|exception|traceback|failed|killed", re.IGNORECASE)
 _LOG_PATTERNS = ("*.log", "*.err", "stderr*", "error*")
+_LOG_PREFIX = re.compile(r"^(\[[^\]]*\])+\s*(-\s*)?")  # Hydra's "[time][logger][LEVEL] - "
 
 
 @dataclass
@@ -49,6 +54,8 @@ class Job:
     megatron_source: str = ""
     calls: int | None = None
     search_s: float | None = None
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
     config: dict = field(default_factory=dict)
     curve: Curve | None = None
 
@@ -58,8 +65,11 @@ class Job:
 
     @property
     def gpus(self) -> int | None:
+        """GPUs of the best plan (all of the cluster's), else of the configured cluster."""
         s = self.strategy
-        return s["tp"] * s["ep"] * s["pp"] * s["dp"] if s else None
+        if s:
+            return s["tp"] * s["ep"] * s["pp"] * s["dp"]
+        return self.num_nodes * self.gpus_per_node if self.num_nodes and self.gpus_per_node else None
 
     @property
     def ratio(self) -> float | None:
@@ -81,6 +91,7 @@ class Job:
 
         row = {"job": self.name, "status": self.status, "scenario": self.scenario or "",
                "topology": self.topology or "", "model": self.model or "", "gpus": self.gpus or "",
+               "num_nodes": self.num_nodes or "", "gpus_per_node": self.gpus_per_node or "",
                "planner": self.planner or "", "plan": self.plan,
                "proxy_tokens_per_s_per_gpu": num(self.proxy), "sim_tokens_per_s_per_gpu": num(self.sim),
                "sim_source": self.sim_source,
@@ -132,7 +143,7 @@ def error_text(job: Path, limit: int = 240) -> str:
     if not lines:
         return "no results.json and nothing logged (unfinished, or failed before logging)"
     errors = [ln for ln in lines if _ERROR.search(ln)]
-    text = (errors or lines)[-1]
+    text = _LOG_PREFIX.sub("", (errors or lines)[-1]) or (errors or lines)[-1]
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -144,6 +155,27 @@ def _megatron(data: dict) -> float | None:
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
+_CLUSTERS: dict[str, tuple[int, int] | None] = {}
+
+
+def cluster_size(topology: dict) -> tuple[int, int] | None:
+    """(nodes, GPUs per node) of a composed ``topology`` config, or ``None`` when it cannot be built."""
+    key = repr(sorted(topology.items()))
+    if key not in _CLUSTERS:
+        from topologies import build_topology, load_topology_yaml
+
+        try:
+            if topology.get("name") == "custom":
+                graph = load_topology_yaml(str(topology.get("path")))
+            else:
+                graph = build_topology(str(topology.get("name")), num_nodes=int(topology.get("num_nodes", 1)),
+                                       oversubscription=float(topology.get("oversubscription", 1.0)))
+            _CLUSTERS[key] = (int(graph.graph["num_nodes"]), int(graph.graph["gpus_per_node"]))
+        except Exception:  # a broken config (the job's own error says why) must not stop the report
+            _CLUSTERS[key] = None
+    return _CLUSTERS[key]
+
+
 def _describe(job: Job, config: dict) -> None:
     job.config = config
     job.scenario = job.scenario or config.get("scenario")
@@ -151,6 +183,8 @@ def _describe(job: Job, config: dict) -> None:
     topo = config.get("topology") or {}
     job.topology = Path(str(topo.get("path"))).stem if topo.get("name") == "custom" else topo.get("name")
     job.planner = job.planner or (config.get("planner") or {}).get("name")
+    size = cluster_size(topo) if isinstance(topo, dict) and topo else None
+    job.num_nodes, job.gpus_per_node = size or (None, None)
 
 
 def read_job(root: Path, path: Path) -> Job:

@@ -35,9 +35,18 @@ def _cells(jobs: list[Job]) -> dict[tuple[str, str], Job]:
     return cells
 
 
+def _topology_label(topology: str, jobs: list[Job]) -> str:
+    """The topology's name over its GPU count(s) (nodes x GPUs per node), so unequal clusters show."""
+    sizes = sorted({(j.gpus, j.num_nodes, j.gpus_per_node) for j in jobs if j.gpus}, key=lambda s: s[0])
+    if not sizes:
+        return topology
+    text = ", ".join(f"{g} ({n}x{p})" if n and p else str(g) for g, n, p in sizes)
+    return f"{topology}\n{text} GPUs"
+
+
 def throughput_plot(jobs: list[Job], path: Path) -> Path | None:
-    """Bars: best plan's proxy tokens/s/GPU per topology (groups) and model (bars); diamonds: the
-    simulator's figure; labels: the ratio to Megatron."""
+    """Bars: best plan's proxy tokens/s/GPU per topology (groups, with their GPU counts) and model (bars);
+    diamonds: the simulator's figure; labels: the ratio to Megatron."""
     cells = _cells(jobs)
     if not cells:
         return None
@@ -63,7 +72,7 @@ def throughput_plot(jobs: list[Job], path: Path) -> Path | None:
                             textcoords="offset points", ha="center", va="bottom", fontsize=7)
     if any(j.sim is not None for j in cells.values()):
         ax.plot([], [], "kD", markersize=4, label="simulator")
-    ax.set_xticks(x, topologies)
+    ax.set_xticks(x, [_topology_label(t, [j for (jt, _), j in cells.items() if jt == t]) for t in topologies])
     ax.set_ylabel("best plan, tokens/s/GPU (proxy)")
     ax.margins(y=0.08)
     ax.set_title("Throughput by topology and model (labels: ratio to Megatron)")
