@@ -132,3 +132,16 @@ def test_overlap_survives_preemption_of_a_granted_but_unstarted_kernel():
     assert sim.step_time_s > 0
     off = simulate(ctx, graph, s, EngineConfig(contention=False, overlap=False))
     assert sim.step_time_s <= off.step_time_s * 1.5
+
+
+def test_concurrent_groups_of_one_stage_contend_on_shared_uplinks():
+    """pp=1, so no other stage competes; still, the two EP groups (one per tensor rank) cross the same
+    4:1 oversubscribed leaf uplinks at once and must share them (used to take the idle-fabric cost)."""
+    ctx = make_ctx("mixtral-8x7b", 16, "prefill", input_len=1024)
+    graph = build_topology("h100-ib-fattree", num_nodes=2, oversubscription=4.0, nodes_per_leaf=1)
+    s = Strategy(tp=2, ep=8, pp=1, dp=1, batch=16)
+    assert evaluate(ctx, s).valid
+    idle = simulate(ctx, graph, s, EngineConfig(contention=False, overlap=False))
+    shared = simulate(ctx, graph, s, EngineConfig(contention=True, overlap=False))
+    assert shared.step_time_s > idle.step_time_s * 1.02
+    assert shared.network_events > 0

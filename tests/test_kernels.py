@@ -227,3 +227,43 @@ def test_loader_parses_shape_conventions_and_batches(tmp_path):
     assert (samples[3].measured_s, samples[3].measured_rate, samples[3].bound) == (None, 3.1e12, "memory")
     assert (samples[4].measured_s, samples[4].measured_rate, samples[4].family) == (None, 330e12, "attention")
     assert [line for line, _kernel, _reason in skipped] == [4, 8]  # duplicate GB/s row, host copy
+
+
+def test_attention_rows_with_decode_queries_and_grouped_kv_heads(tmp_path):
+    _write_csv(tmp_path / "attn.csv", [
+        ("Attention forward: flash", "B=2 H=8 S=1024 D=128 causal=1", "BF16", "100", "us"),
+        ("Attention forward: flash", "B=64 H=64 Hkv=8 Sq=1 S=2048 D=128", "BF16", "200", "us"),
+    ])
+    samples, skipped = fit_kernels.load_samples(tmp_path / "attn.csv")
+    assert not skipped
+    prefill, decode = samples
+    assert prefill.flops == 4 * 2 * 8 * 1024 * 1024 * 128 * 0.5
+    assert prefill.size_bytes == 4 * 2 * 8 * 1024 * 128 * 2
+    assert decode.flops == 4 * 64 * 64 * 1 * 2048 * 128  # one query: no causal halving
+    assert decode.size_bytes == 2 * 64 * 128 * (2 * 64 * 1 + 2 * 8 * 2048)  # q, o + K, V of 8 kv heads
+
+
+def test_several_data_files_fit_together_and_no_fit_scores_the_catalog(tmp_path, capsys):
+    _write_csv(tmp_path / "a.csv", [("cuBLAS GEMM", "m=4096 n=4096 k=4096", "BF16", "600", "TFLOP/s")])
+    _write_csv(tmp_path / "b.csv", [("HBM copy", "size_bytes=4000000000", "BF16", "3000", "GB/s"),
+                                    ("Mystery", "?", "BF16", "1", "us")])
+    both = fit_kernels.main(["--no-rows", "--data", str(tmp_path / "a.csv"), str(tmp_path / "b.csv")])
+    assert both["rows_used"] == 2 and both["rows_skipped"] == 1 and both["fitted"]
+    scored = fit_kernels.main(["--no-rows", "--no-fit", "--data", str(tmp_path / "b.csv")])
+    gpu = get_gpu("h100-sxm")
+    assert not scored["fitted"] and scored["params"]["hbm_efficiency"] == gpu.hbm_efficiency
+    expected = float(memory_time_s(4e9, gpu)) / (4e9 / 3000e9) - 1.0
+    assert scored["families"]["hbm"]["median_rel_err"] == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(SystemExit, match="--data"):
+        fit_kernels.main(["--no-rows", "--data", str(tmp_path / "missing.csv")])
+    capsys.readouterr()
+
+
+def test_shipped_h100_measurements_are_predicted_out_of_sample():
+    """Our own H100 timings (validation/measure_h100.py) against the catalog fitted on published rows."""
+    scored = fit_kernels.main(["--no-rows", "--no-fit", "--data",
+                               str(fit_kernels.DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
+    assert scored["rows_used"] == 307 and scored["rows_skipped"] == 0
+    assert scored["families"]["gemm_bf16"]["median_abs_rel_err"] < 0.10
+    assert scored["families"]["gemm_fp8"]["median_abs_rel_err"] < 0.10
+    assert scored["families"]["hbm"]["median_abs_rel_err"] < 0.10

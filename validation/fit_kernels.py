@@ -105,7 +105,11 @@ def _gemm_dims(shape: str) -> tuple[float, float, float, float] | None:
 
 
 def _attention_dims(shape: str) -> tuple[float, float] | None:
-    """(flops, bytes) of a forward attention ``B H S D`` (q, k, v, o in BF16); causal halves the flops."""
+    """(flops, bytes) of a forward attention ``B H S D`` (q, k, v, o in BF16); causal halves the flops.
+
+    Optional ``Sq=`` (queries per sequence; a decode step has ``Sq=1`` over ``S`` cached keys) and
+    ``Hkv=`` (key/value heads, grouped-query attention) change the FLOPs and the K/V bytes read.
+    """
     keys = {"b": r"\bB\s*=\s*(\d+)|batch(?:_size)?\s*[=:]?\s*(\d+)",
             "h": r"\bH\s*=\s*(\d+)|(\d+)\s*heads|\b(?:n_?)?heads\s*[=:]?\s*(\d+)",
             "s": r"\bS\s*=\s*(\d+)|seq_?len\s*[=:]?\s*(\d+)",
@@ -117,8 +121,11 @@ def _attention_dims(shape: str) -> tuple[float, float] | None:
             return None
         found[key] = float(next(g for g in match.groups() if g))
     b, h, s, d = found["b"], found["h"], found["s"], found["d"]
-    causal = 0.5 if re.search(r"causal\s*[=:]?\s*(1|true|yes)\b", shape, re.I) else 1.0
-    return 4.0 * b * h * s * s * d * causal, 4.0 * b * h * s * d * 2.0
+    optional = {key: re.search(rf"\b{key}\s*=\s*(\d+)", shape, re.I) for key in ("Sq", "Hkv")}
+    sq = float(optional["Sq"].group(1)) if optional["Sq"] else s
+    hkv = float(optional["Hkv"].group(1)) if optional["Hkv"] else h
+    causal = 0.5 if sq == s and re.search(r"causal\s*[=:]?\s*(1|true|yes)\b", shape, re.I) else 1.0
+    return 4.0 * b * h * sq * s * d * causal, 2.0 * b * d * (2.0 * h * sq + 2.0 * hkv * s)
 
 
 def _memory_size(shape: str) -> float | None:
@@ -328,15 +335,28 @@ def _report(gpu: GpuSpec) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="CSV in the kernels_h100.csv schema")
+    parser.add_argument("--data", type=Path, nargs="+", default=[DEFAULT_DATA],
+                        help="one or more CSVs in the kernels_h100.csv schema (fitted together)")
     parser.add_argument("--gpu", default="h100-sxm", help="catalog GPU the rows were measured on")
     parser.add_argument("--tiles", default="64,128,256", help="gemm_tile candidates, comma separated")
     parser.add_argument("--no-rows", action="store_true", help="omit the per-row table")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="score the catalog GPU's current parameters on the data (out-of-sample check)")
     args = parser.parse_args(argv)
-    samples, skipped = load_samples(args.data)
+    samples, skipped = [], []
+    for path in args.data:
+        if not path.is_file():
+            sys.exit(f"error: --data: no such file {path}")
+        used, dropped = load_samples(path)
+        samples += used
+        prefix = f"{path.name}:" if len(args.data) > 1 else ""
+        skipped += [(f"{prefix}{line}", kernel, reason) for line, kernel, reason in dropped]
     if not samples:
-        sys.exit(f"no usable rows in {args.data}")
-    fitted, cost = fit(samples, get_gpu(args.gpu), tuple(int(t) for t in args.tiles.split(",")))
+        sys.exit(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
+    if args.no_fit:
+        fitted, cost = get_gpu(args.gpu), float("nan")
+    else:
+        fitted, cost = fit(samples, get_gpu(args.gpu), tuple(int(t) for t in args.tiles.split(",")))
     ratio, stats = evaluate(samples, fitted)
     if not args.no_rows:
         _print_rows(samples, ratio)
@@ -353,8 +373,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         print(f"{family:<12} {st['rows']:>4}  {st['median_abs_rel_err']:>10.1%}"
               f"  {st['geomean_abs_err']:>11.1%}  {st['median_rel_err']:>+10.1%}")
     params = _report(fitted)
-    print("\nfitted:", ", ".join(f"{k}={v}" for k, v in params.items()), f"(cost {cost:.4g})")
-    summary = {"data": str(args.data), "gpu": args.gpu, "rows_used": len(samples),
+    print("\ncatalog (not fitted):" if args.no_fit else "\nfitted:", ", ".join(f"{k}={v}" for k, v in params.items()), f"(cost {cost:.4g})")
+    summary = {"data": [str(p) for p in args.data], "gpu": args.gpu, "fitted": not args.no_fit, "rows_used": len(samples),
                "rows_skipped": len(skipped),
                "skipped": {reason: len(lines) for reason, lines in sorted(reasons.items())}, "params": params,
                "families": {f: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in st.items()}

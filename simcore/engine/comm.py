@@ -22,6 +22,11 @@ def _rail_peer(graph, src: str, dst: str) -> str | None:
     return peer if peer in graph else None
 
 
+def _same_domain(graph, a: str, b: str) -> bool:
+    da, db = graph.nodes[a], graph.nodes[b]
+    return da.get("domain", da.get("node")) == db.get("domain", db.get("node"))
+
+
 def _disjoint(link_sets: list[set]) -> bool:
     seen: set = set()
     for links in link_sets:
@@ -65,17 +70,19 @@ class FlowComm:
         return self._groups[key]
 
     def _links(self, ranks: list[str]) -> set:
-        """Every link any flow among ``ranks`` may use: the shortest path of each pair, and the
-        NVLink-then-rail detour NCCL's PXN takes between rails (a superset of the real flows)."""
+        """Every link any flow among ``ranks`` may use (a superset of the real flows): for each pair,
+        the shortest path within a domain or along one rail, else the NVLink-then-rail detour NCCL's
+        PXN takes between rails (as :mod:`simcore.collectives.flows` routes it)."""
         net, graph = self.network, self.network.graph
         links: set = set()
         for a in ranks:
             for b in ranks:
                 if a == b:
                     continue
-                links.update(net.path(a, b))
-                peer = _rail_peer(graph, a, b)
-                if peer is not None and peer not in (a, b):
+                peer = None if _same_domain(graph, a, b) else _rail_peer(graph, a, b)
+                if peer is None or peer in (a, b):
+                    links.update(net.path(a, b))
+                else:
                     links.update(net.path(a, peer))
                     links.update(net.path(peer, b))
         return links
@@ -90,17 +97,19 @@ class FlowComm:
         return self._groups[key]
 
     def contended(self, group: str, stage: int) -> bool:
-        """Whether this stage's ``group`` collectives may share a link with any other stage's
-        communication. A stage's own collectives never overlap each other (one communication
-        stream per stage), so an op that shares no link with other stages always runs on an idle
-        fabric and takes exactly its analytic cost: it skips the flow solver."""
+        """Whether this stage's ``group`` collectives may share a link with other communication:
+        with each other (concurrent communicators that :meth:`groups` could not reduce to one) or
+        with any other stage's. A stage's own ops never overlap each other (one communication
+        stream per stage), so an op that shares no link runs on an idle fabric and takes exactly
+        its analytic cost: it skips the flow solver."""
         key = ("contended", group, stage)
         if key not in self._groups:
             mine = self.link_set(group, stage)
             pp = self.placement.s.pp
             others = [(g, q) for q in range(pp) if q != stage for g in ("tp", "ep", "pp")
                       if not (g == "pp" and q == pp - 1)]
-            self._groups[key] = any(mine & self.link_set(g, q) for g, q in others)
+            self._groups[key] = (len(self.groups(group, stage)) > 1
+                                 or any(mine & self.link_set(g, q) for g, q in others))
         return self._groups[key]
 
     def run(self, env: simpy.Environment, stage: int, op: Op):
