@@ -1,0 +1,186 @@
+"""Time whole forward passes of a Llama-shaped model on one local GPU, as inference-schema rows.
+
+``python -m validation.measure_decode --out PATH [--models a,b]``  (needs torch with CUDA)
+
+Builds the decoder of a shipped ``simcore/model_configs/<name>.json`` (dense Llama-family models that fit
+one GPU in BF16) with random weights and times, with CUDA graphs (no Python or scheduler cost between
+kernels), one decode step (``batch`` sequences, one new token each over a KV cache of ``input_len``
+tokens) and one prefill (``batch`` prompts of ``input_len`` tokens, causal). Each layer is what a
+serving engine runs, kernel for kernel: RMSNorm, fused QKV GEMM, rotary embedding, flash attention (GQA)
+reading and writing a preallocated KV cache, output GEMM, residual add, RMSNorm, fused gate/up GEMM,
+SiLU x up, down GEMM, residual add; then the final norm and the LM head on the last token. Rows are in
+the schema of ``inference_calibration.csv`` (metric ``tpot_ms`` for decode, ``ttft_ms`` for prefill),
+so ``validation.compare_measured`` (and any inference tool) reads them. The output ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["main"]
+
+CONFIGS = Path(__file__).resolve().parents[1] / "simcore" / "model_configs"
+SOURCE = "validation/measure_decode.py (measured by this project on a lent H100 80GB HBM3 SXM)"
+FIELDS = ["source_url", "model", "hardware", "gpus", "tp", "pp", "ep", "dp", "precision", "scenario", "batch",
+          "input_len", "output_len", "metric", "value", "unit", "note"]
+DECODE = [(1, 1024), (16, 1024), (64, 1024), (128, 2048), (256, 1024), (32, 8192)]
+KV_LIMIT_BYTES = 40e9  # what is left of 80 GB beside the weights and activations
+PREFILL = [(1, 512), (1, 2048), (4, 2048), (1, 8192)]
+
+
+class Decoder:
+    """Random-weight Llama decoder with a static KV cache; ``forward(x, pos)`` runs every layer."""
+
+    def __init__(self, torch, cfg: dict, max_tokens: int, batch: int):
+        dev, dt = "cuda", torch.bfloat16
+        self.t = torch
+        h, self.heads = cfg["hidden_size"], cfg["num_attention_heads"]
+        self.kv_heads = cfg.get("num_key_value_heads", self.heads)
+        self.dim = cfg.get("head_dim", h // self.heads)
+        ffn, layers = cfg["intermediate_size"], cfg["num_hidden_layers"]
+        q, kv = self.heads * self.dim, self.kv_heads * self.dim
+
+        def w(*shape):
+            return torch.randn(*shape, device=dev, dtype=dt) * 0.02
+
+        self.layers = [{"qkv": w(q + 2 * kv, h), "o": w(h, q), "up": w(2 * ffn, h), "down": w(h, ffn),
+                        "n1": torch.ones(h, device=dev, dtype=dt), "n2": torch.ones(h, device=dev, dtype=dt),
+                        "k": torch.zeros(batch, self.kv_heads, max_tokens, self.dim, device=dev, dtype=dt),
+                        "v": torch.zeros(batch, self.kv_heads, max_tokens, self.dim, device=dev, dtype=dt)}
+                       for _ in range(layers)]
+        self.norm, self.head = torch.ones(h, device=dev, dtype=dt), w(cfg["vocab_size"], h)
+        self.q, self.kv, self.ffn, self.eps = q, kv, ffn, cfg.get("rms_norm_eps", 1e-5)
+        inv = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, self.dim, 2, device=dev) / self.dim))
+        angles = torch.outer(torch.arange(max_tokens, device=dev, dtype=torch.float32), inv)
+        self.cos, self.sin = angles.cos().to(dt), angles.sin().to(dt)
+
+    def _rope(self, x, pos):  # x: [b, heads, s, d]; pos: [s]
+        half = x.shape[-1] // 2
+        cos, sin = self.cos[pos][None, None], self.sin[pos][None, None]
+        x1, x2 = x[..., :half], x[..., half:]
+        return self.t.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+    def forward(self, x, pos, kv_len: int):
+        """x: [b, s, hidden] at positions ``pos`` (s tokens); attends to cache positions < kv_len."""
+        t, fn = self.t, self.t.nn.functional
+        b, s, _ = x.shape
+        for layer in self.layers:
+            y = fn.rms_norm(x, (x.shape[-1],), layer["n1"], self.eps)
+            qkv = y @ layer["qkv"].t()
+            q, k, v = qkv.split([self.q, self.kv, self.kv], dim=-1)
+            q = self._rope(q.view(b, s, self.heads, self.dim).transpose(1, 2), pos)
+            k = self._rope(k.view(b, s, self.kv_heads, self.dim).transpose(1, 2), pos)
+            layer["k"].index_copy_(2, pos, k)
+            layer["v"].index_copy_(2, pos, v.view(b, s, self.kv_heads, self.dim).transpose(1, 2))
+            att = fn.scaled_dot_product_attention(q, layer["k"][:, :, :kv_len], layer["v"][:, :, :kv_len],
+                                                  is_causal=s > 1, enable_gqa=True)
+            x = x + att.transpose(1, 2).reshape(b, s, self.q) @ layer["o"].t()
+            y = fn.rms_norm(x, (x.shape[-1],), layer["n2"], self.eps)
+            gate, up = (y @ layer["up"].t()).split([self.ffn, self.ffn], dim=-1)
+            x = x + (fn.silu(gate) * up) @ layer["down"].t()
+        last = fn.rms_norm(x[:, -1], (x.shape[-1],), self.norm, self.eps)
+        return t.argmax(last @ self.head.t(), dim=-1)
+
+
+def _graph_time_s(torch, fn, repeats: int = 10) -> float:
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3)
+    return statistics.median(samples)
+
+
+def _row(model: str, phase: str, batch: int, input_len: int, seconds: float, note: str) -> dict[str, str]:
+    return {"source_url": SOURCE, "model": model, "hardware": "h100-sxm", "gpus": "1", "tp": "1", "pp": "1",
+            "ep": "1", "dp": "1", "precision": "bf16", "scenario": phase, "batch": str(batch),
+            "input_len": str(input_len), "output_len": "1",
+            "metric": "tpot_ms" if phase == "decode" else "ttft_ms", "value": f"{seconds * 1e3:.4f}", "unit": "ms",
+            "note": note}
+
+
+def measure(torch, model: str, note: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cfg = json.loads((CONFIGS / f"{model}.json").read_text())
+    hidden = cfg["hidden_size"]
+    with torch.no_grad(), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        kv_per_token = cfg["num_hidden_layers"] * 4 * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * (
+            cfg.get("head_dim", hidden // cfg["num_attention_heads"]))
+        for batch, context in DECODE:
+            if batch * (context + 1) * kv_per_token > KV_LIMIT_BYTES:
+                print(f"{model}: decode batch {batch} x {context} skipped: KV cache over "
+                      f"{KV_LIMIT_BYTES / 1e9:.0f} GB", file=sys.stderr)
+                continue
+            dec = Decoder(torch, cfg, context + 1, batch)
+            x = torch.randn(batch, 1, hidden, device="cuda", dtype=torch.bfloat16)
+            pos = torch.tensor([context], device="cuda")
+            seconds = _graph_time_s(torch, lambda d=dec, x=x, p=pos, n=context + 1: d.forward(x, p, n))
+            yield _row(model, "decode", batch, context, seconds, note + "; one decode step, CUDA graph")
+            del dec
+        for batch, length in PREFILL:
+            dec = Decoder(torch, cfg, length, batch)
+            x = torch.randn(batch, length, hidden, device="cuda", dtype=torch.bfloat16)
+            pos = torch.arange(length, device="cuda")
+            seconds = _graph_time_s(torch, lambda d=dec, x=x, p=pos, n=length: d.forward(x, p, n))
+            yield _row(model, "prefill", batch, length, seconds, note + "; one prefill pass, CUDA graph")
+            del dec
+            torch.cuda.empty_cache()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="CSV to write (inference schema)")
+    parser.add_argument("--models", default="llama-3.1-8b,llama-2-7b,mistral-7b")
+    args = parser.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("error: torch is not installed", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("error: no CUDA device", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    props = torch.cuda.get_device_properties(0)
+    note = f"{props.name}, torch {torch.__version__}, random BF16 weights, no serving runtime"
+    rows = []
+    for model in args.models.split(","):
+        if not (CONFIGS / f"{model}.json").is_file():
+            print(f"error: --models: no shipped config {model!r}", file=sys.stderr)
+            return 2
+        for row in measure(torch, model, note):
+            rows.append(row)
+            print(f"{model:<14} {row['scenario']:<8} batch {row['batch']:>4} len {row['input_len']:>5} "
+                  f"{row['metric']} {row['value']:>10}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=args.out.parent, delete=False, newline="") as tmp:
+        writer = csv.DictWriter(tmp, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp.name, args.out)
+    print(json.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
