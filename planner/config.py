@@ -29,7 +29,9 @@ class PlannerConfig:
     chunks. PPO: elite history ``T``, early exit at head confidence ``tau``, reward
     ``alpha * raw + beta * (raw - best)`` on throughput normalized by the warm start, ``invalid_reward``
     for invalid strategies, CleanRL-named PPO settings, network sizes, ``elite_prior`` (0 = the paper)
-    applied to every ``elite_prior_every``-th network (the others start uniform and explore).
+    applied to every ``elite_prior_every``-th network (the others start uniform and explore),
+    ``elite_diverse`` (one elite record per (tp, ep, pp) layout) and ``polish`` (hill-climb from new
+    elite records after each network, see :meth:`planner.search.PPOSearch._polish`).
     Baselines: ``t0`` initial annealing temperature (percent of the reference throughput);
     ``population``, ``tournament``, ``elitism``, ``mutation`` (per head; ``null`` = 1 / heads) for
     the genetic algorithm. Re-ranking: the ``rerank_k`` best distinct strategies by ``reranker``.
@@ -64,6 +66,8 @@ class PlannerConfig:
     hidden: int = 256
     elite_prior: float = 0.0
     elite_prior_every: int = 1
+    elite_diverse: bool = False
+    polish: bool = False
     t0: float = 100.0
     population: int = 32
     tournament: int = 3

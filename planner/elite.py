@@ -20,10 +20,13 @@ __all__ = ["Elite"]
 
 @dataclass
 class Elite:
-    """Up to ``size`` records ``(normalized throughput, action tuple)``, best first."""
+    """Up to ``size`` records ``(normalized throughput, action tuple)``, best first. With
+    ``distinct_prefix = n > 0`` no two records share their first ``n`` heads (the degree heads): the
+    history then shows ``T`` different layouts of the cluster rather than variants of one."""
 
     size: int
     records: list[tuple[float, tuple[int, ...]]] = field(default_factory=list)
+    distinct_prefix: int = 0
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -34,6 +37,13 @@ class Elite:
         action = tuple(int(a) for a in action)
         if any(a == action for _, a in self.records):
             return False
+        n = self.distinct_prefix
+        if n:  # a diverse elite: one record per value of the first n heads (the coarse degrees)
+            same = [i for i, (_, a) in enumerate(self.records) if a[:n] == action[:n]]
+            if same and value <= self.records[same[0]][0]:
+                return False
+            for i in reversed(same):
+                del self.records[i]
         if len(self.records) >= self.size and value <= self.records[-1][0]:
             return False
         self.records.append((float(value), action))

@@ -72,6 +72,13 @@ class Evaluator:
     def done(self) -> bool:
         return self.calls >= self.budget
 
+    def lookup(self, key) -> float | None:
+        """Proxy throughput of an already priced key (``-inf`` if it was invalid), ``None`` if never priced."""
+        hit = self._cache.get(tuple(int(k) for k in key))
+        if hit is None:
+            return None
+        return hit[0] if hit[1] == 0 else -np.inf
+
     def normalized(self, value: float) -> float:
         return value / self.reference
 

@@ -9,7 +9,8 @@ so one set of hyper-parameters fits every scenario)::
 The budget is split into ``chunks`` equal chunks; each chunk starts a fresh network (re-initialized
 from the seed and the restart count) that keeps the elite history and the best so far. Inside a chunk
 the agent exits early once every head's top probability reaches ``tau`` (the policy has become
-deterministic); a new network then continues on the chunk's remaining calls.
+deterministic); a new network then continues on the chunk's remaining calls. With ``polish`` on
+(our addition) every network's life ends with a local search from the new elite records.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class PPOSearch:
         self.actions, self.cfg, self.seed = actions, cfg, int(seed)
         torch.set_num_threads(1)  # see PPO.__init__
         self.rng = np.random.default_rng([self.seed, 1])
-        self.elite = Elite(int(cfg.T))
+        self.elite = Elite(int(cfg.T), distinct_prefix=3 if cfg.elite_diverse else 0)
         self.restarts = 0
+        self.polished: set[tuple[int, ...]] = set()
         self.metrics: list[dict] = []
         self.ppo_cfg = PPOConfig(learning_rate=cfg.learning_rate, num_steps=cfg.num_steps,
                                  update_epochs=cfg.update_epochs, clip_coef=cfg.clip_coef,
@@ -73,6 +75,56 @@ class PPOSearch:
         while ev.calls < min(until, ev.budget) and not stop():
             self._life(ev, until, stop)
             self.restarts += 1
+            if self.cfg.polish:
+                self._polish(ev, until, stop)
+
+    def _polish(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
+        """Hill-climb from every elite record not polished yet: price all its unpriced neighbours
+        (:meth:`_neighbours`; one batch, counted against the budget; a changed head that invalidates
+        later heads re-draws them), move to the best one while it improves. Records found on the way
+        enter the elite. Not in the paper; see ``conf/planner/ppo.yaml`` for what it buys."""
+        for _, start in list(self.elite.records):
+            current = start
+            while current not in self.polished and ev.calls < min(until, ev.budget) and not stop():
+                self.polished.add(current)
+                moves = self._neighbours(ev, current)
+                if len(moves) == 0:
+                    break
+                out = ev.evaluate_actions(moves[: min(until, ev.budget) - ev.calls])
+                base = ev.lookup(self.actions.to_keys(np.array([current]))[0][0])
+                best, best_value = None, base if base is not None else -np.inf
+                for a, value, ok in zip(moves, out.tokens_per_s_per_gpu, out.valid, strict=False):
+                    if ok:
+                        self.elite.offer(ev.normalized(value), a)
+                        if value > best_value:
+                            best, best_value = tuple(int(x) for x in a), value
+                if best is None:
+                    break
+                current = best
+
+    def _neighbours(self, ev: Evaluator, action: tuple[int, ...]) -> np.ndarray:
+        """Distinct changes of ``action`` whose keys were never priced (masks repaired): every
+        one-head change; every change of two coarse heads together, since degrees, batch and
+        microbatches are coupled (more pipeline stages pay off only with a larger batch); and every
+        change of two neighbouring operators, a producer and its consumer agreeing on a layout."""
+        base = np.array(action, dtype=np.int64)
+        sizes = self.actions.sizes.tolist()
+        n_coarse = len(self.actions.degree_heads)
+        pairs = [(i, j) for i in range(n_coarse) for j in range(i + 1, n_coarse)]
+        pairs += [(i, i + 1) for i in range(n_coarse, len(sizes) - 1)]
+        rows = [_moved(base, {i: v}) for i in range(len(sizes)) for v in range(sizes[i]) if v != base[i]]
+        rows += [_moved(base, {i: v, j: w}) for i, j in pairs
+                 for v in range(sizes[i]) if v != base[i] for w in range(sizes[j]) if w != base[j]]
+        if not rows:
+            return np.zeros((0, len(base)), dtype=np.int64)
+        rows = self.actions.repair(np.array(rows), self.rng) if self.actions.masking else np.array(rows)
+        keys, inside = self.actions.to_keys(rows)
+        keep, seen = [], set()
+        for r, (k, ok) in enumerate(zip(keys.tolist(), inside.tolist(), strict=True)):
+            if ok and tuple(k) not in seen and ev.lookup(k) is None:
+                seen.add(tuple(k))
+                keep.append(r)
+        return rows[keep]
 
     def _life(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
         """One network's life: rollouts and updates until the chunk ends or the policy is confident
@@ -119,3 +171,11 @@ class PPOSearch:
         rollout.logprobs.append(logp)
         rollout.values.append(value)
         rollout.rewards.append(r)
+
+
+def _moved(base: np.ndarray, changes: dict[int, int]) -> np.ndarray:
+    """``base`` with the heads in ``changes`` set to their new values."""
+    row = base.copy()
+    for i, v in changes.items():
+        row[i] = v
+    return row

@@ -14,7 +14,7 @@ from planner.elite import Elite
 from planner.evaluator import Evaluator
 from planner.megatron import strategy_from_key
 from planner.runner import ITERATIVE, SearchInterrupted, run_planner
-from planner.search import reward
+from planner.search import PPOSearch, reward
 from planner.space import SearchSpace
 from simcore.lowering import StrategyArrays
 from simcore.memory import bit, structural_reasons
@@ -95,6 +95,37 @@ def test_elite_keeps_the_best_distinct_records():
     assert [v for v, _ in elite.records] == [2.0, 1.5]
 
 
+def test_diverse_elite_keeps_one_record_per_layout():
+    elite = Elite(3, distinct_prefix=2)
+    assert elite.offer(1.0, (0, 0, 5)) and elite.offer(2.0, (1, 0, 5))
+    assert not elite.offer(0.9, (0, 0, 6))       # same layout (first two heads), not better
+    assert elite.offer(1.5, (0, 0, 7))           # same layout, better: replaces (0, 0, 5)
+    assert elite.offer(0.5, (2, 2, 0))           # a third layout fills the history
+    assert elite.records == [(2.0, (1, 0, 5)), (1.5, (0, 0, 7)), (0.5, (2, 2, 0))]
+
+
+def test_polish_climbs_to_a_local_optimum_within_the_budget(dense):
+    ctx, space = dense
+    actions = ActionSpace(ctx, space)
+    ev = Evaluator(ctx, actions, budget=3000)
+    search = PPOSearch(actions, small("ppo", T=1, polish=True), seed=0)
+    rng = np.random.default_rng(5)
+    start = next(a for a in actions.sample(None, rng, n=50) if ev.evaluate_actions(a[None]).valid[0])
+    first = ev.lookup(actions.to_keys(start[None])[0][0])
+    search.elite.offer(ev.normalized(first), start)
+    search._polish(ev, ev.budget, lambda: False)
+    assert 0 < ev.calls < ev.budget                          # it stopped by itself, not by the budget
+    value, best = search.elite.records[0]
+    assert ev.normalized(first) <= value
+    for i, size in enumerate(actions.sizes.tolist()):       # no priced one-head neighbour is better
+        for v in range(size):
+            row = np.array(best)
+            row[i] = v
+            keys, inside = actions.to_keys(row[None])
+            neighbour = ev.lookup(keys[0]) if inside[0] else None
+            assert neighbour is None or ev.normalized(neighbour) <= value + 1e-12
+
+
 def test_reward_is_eq_1():
     assert reward(1.2, 1.0, alpha=1.0, beta=2.0, invalid=-1.0) == pytest.approx(1.2 + 2.0 * 0.2)
     assert reward(0.8, 1.0, alpha=0.5, beta=1.0, invalid=-1.0) == pytest.approx(0.4 - 0.2)
@@ -173,9 +204,10 @@ def test_same_seed_same_result_bit_for_bit(dense, name):
     assert not np.array_equal(a.keys, other.keys)
 
 
-def test_resume_equals_an_uninterrupted_run(dense, tmp_path):
+@pytest.mark.parametrize("changes", [{}, {"T": 5, "elite_diverse": True, "polish": True}])
+def test_resume_equals_an_uninterrupted_run(dense, tmp_path, changes):
     ctx, space = dense
-    cfg = small("ppo", budget=90)
+    cfg = small("ppo", budget=90, **changes)
     config = {"planner": {"name": "ppo", "budget": 90}, "seed": 3}
     whole = run_planner(ctx, space, cfg, seed=3, run_dir=tmp_path / "whole", config=config)
     seen = SimpleNamespace(calls=0)
