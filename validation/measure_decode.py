@@ -16,13 +16,12 @@ so ``validation.compare_measured`` (and any inference tool) reads them. The outp
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+from validation.measure_h100 import cuda_torch, write_rows
 
 __all__ = ["main"]
 
@@ -152,15 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="CSV to write (inference schema)")
     parser.add_argument("--models", default="llama-3.1-8b,llama-2-7b,mistral-7b")
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("error: torch is not installed", file=sys.stderr)
+    torch = cuda_torch()
+    if torch is None:
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device", file=sys.stderr)
-        return 2
-    torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     note = f"{props.name}, torch {torch.__version__}, random BF16 weights, no serving runtime"
     rows = []
@@ -172,12 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{model:<14} {row['scenario']:<8} batch {row['batch']:>4} len {row['input_len']:>5} "
                   f"{row['metric']} {row['value']:>10}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=args.out.parent, delete=False, newline="") as tmp:
-        writer = csv.DictWriter(tmp, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp.name, args.out)
+    write_rows(args.out, FIELDS, rows)
     print(json.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
     return 0
 

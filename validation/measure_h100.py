@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
+
+from simcore.apps.common import atomic_write_text
 
 __all__ = ["main"]
 
@@ -145,15 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few shapes of each kind")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("error: torch is not installed", file=sys.stderr)
+    torch = cuda_torch()
+    if torch is None:
         return 2
-    if not torch.cuda.is_available():
-        print("error: no CUDA device", file=sys.stderr)
-        return 2
-    torch.manual_seed(0)
     props = torch.cuda.get_device_properties(0)
     note = f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
     rows = []
@@ -164,14 +159,32 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{row['kernel']:<58} {row['shape_or_size']:<40} {row['dtype']:<9} {row['value']:>12} us",
                   flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=args.out.parent, delete=False, newline="") as tmp:
-        writer = csv.DictWriter(tmp, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp.name, args.out)
+    write_rows(args.out, FIELDS, rows)
     print(json.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
     return 0
+
+
+def cuda_torch():
+    """torch with a CUDA device, seeded; ``None`` after a one-line error if there is none."""
+    try:
+        import torch
+    except ImportError:
+        print("error: torch is not installed", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print("error: no CUDA device", file=sys.stderr)
+        return None
+    torch.manual_seed(0)
+    return torch
+
+
+def write_rows(path: Path, fields: list[str], rows: list[dict]) -> None:
+    """Write measured rows as CSV, atomically: a run cut short leaves no half file."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buffer.getvalue())
 
 
 if __name__ == "__main__":
