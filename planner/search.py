@@ -15,6 +15,7 @@ deterministic); a new network then continues on the chunk's remaining calls. Wit
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -26,7 +27,12 @@ from .evaluator import Evaluator
 from .policy import Policy
 from .ppo import PPO, PPOConfig, Rollout
 
-__all__ = ["PPOSearch", "reward"]
+__all__ = ["PPOSearch", "reward", "BLOCKS"]
+
+# Operators whose layouts must agree with one another, so the polish step tries every layout of a
+# block at once: the attention block with the router that reads its output, and each FFN pair.
+BLOCKS = (("qkv", "attention", "out_proj", "router"), ("expert_ffn1", "expert_ffn2"),
+          ("dense_ffn1", "dense_ffn2"), ("shared_ffn1", "shared_ffn2"))
 
 
 def reward(raw: float | None, best_so_far: float | None, alpha: float, beta: float, invalid: float) -> float:
@@ -105,16 +111,20 @@ class PPOSearch:
     def _neighbours(self, ev: Evaluator, action: tuple[int, ...]) -> np.ndarray:
         """Distinct changes of ``action`` whose keys were never priced (masks repaired): every
         one-head change; every change of two coarse heads together, since degrees, batch and
-        microbatches are coupled (more pipeline stages pay off only with a larger batch); and every
-        change of two neighbouring operators, a producer and its consumer agreeing on a layout."""
+        microbatches are coupled (more pipeline stages pay off only with a larger batch); every
+        change of two neighbouring operators; and every layout of each block of operators
+        (:data:`BLOCKS`), whose layouts must agree (a column-parallel producer wants a row-parallel
+        consumer), so no single change from one good layout reaches the other."""
         base = np.array(action, dtype=np.int64)
         sizes = self.actions.sizes.tolist()
         n_coarse = len(self.actions.degree_heads)
-        pairs = [(i, j) for i in range(n_coarse) for j in range(i + 1, n_coarse)]
-        pairs += [(i, i + 1) for i in range(n_coarse, len(sizes) - 1)]
-        rows = [_moved(base, {i: v}) for i in range(len(sizes)) for v in range(sizes[i]) if v != base[i]]
-        rows += [_moved(base, {i: v, j: w}) for i, j in pairs
-                 for v in range(sizes[i]) if v != base[i] for w in range(sizes[j]) if w != base[j]]
+        groups = [(i,) for i in range(len(sizes))]
+        groups += [(i, j) for i in range(n_coarse) for j in range(i + 1, n_coarse)]
+        names = [h.name for h in self.actions.heads]
+        groups += [tuple(names.index(op) for op in block if op in names) for block in BLOCKS]
+        groups += [(i, i + 1) for i in range(n_coarse, len(sizes) - 1)]  # a producer and its consumer
+        rows = [_moved(base, dict(zip(g, values, strict=True)))
+                for g in groups if g for values in itertools.product(*(range(sizes[i]) for i in g))]
         if not rows:
             return np.zeros((0, len(base)), dtype=np.int64)
         rows = self.actions.repair(np.array(rows), self.rng) if self.actions.masking else np.array(rows)
