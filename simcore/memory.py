@@ -23,6 +23,7 @@ REASONS = (
     "hbm_capacity",      # weights + KV cache + activations exceed usable HBM
     "ttft_slo",          # time to first token above the SLO
     "tpot_slo",          # time per output token above the SLO
+    "domain_straddle",   # a TP or EP group straddles NVLink domains unevenly (e.g. 32 ranks in 72-GPU racks)
 )
 _BIT = {name: 1 << i for i, name in enumerate(REASONS)}
 
@@ -132,4 +133,13 @@ def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     mask |= np.where(experts_bad, bit("experts_divisibility"), 0)
     mask |= np.where(s.pp > m.num_layers, bit("layers"), 0)
     mask |= np.where(s.batch % (s.ep * s.microbatches) != 0, bit("batch_divisibility"), 0)
+    # Ranks are packed TP-innermost, so TP groups tile blocks of tp GPUs and EP groups blocks of
+    # tp * ep. A block that neither fits a whole number of times in an NVLink domain nor covers whole
+    # domains puts different rank counts in different domains: the collective cost model (one count
+    # per domain) cannot price that, and no deployment would choose it over using fewer GPUs per domain.
+    domain = ctx.cluster.nvlink_domain_size
+    straddle = np.zeros(len(s), dtype=bool)
+    for block in (s.tp, s.tp * s.ep):
+        straddle |= (domain % block != 0) & (block % domain != 0)
+    mask |= np.where(straddle, bit("domain_straddle"), 0)
     return mask

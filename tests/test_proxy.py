@@ -112,6 +112,23 @@ def test_invalid_strategies_carry_reasons():
     assert "batch_divisibility" in evaluate(ctx, megatron_strategy(tp=4, pp=2, batch=3, microbatches=2)).reasons
 
 
+def test_groups_that_straddle_nvlink_domains_unevenly_are_invalid():
+    from simcore.cluster import Cluster
+    from simcore.lowering import CostContext
+
+    base = make_ctx("deepseek-v3", 144)
+    ctx = CostContext(base.model, base.workload, Cluster.simple("h100-sxm", 144, nvlink_domain_size=72))
+    straddles = [megatron_strategy(tp=8, ep=2, dp=9, batch=72),    # EP blocks of 16 GPUs in 72-GPU domains
+                 megatron_strategy(tp=16, dp=9, batch=72)]          # TP groups of 16
+    fine = [megatron_strategy(tp=8, ep=9, dp=2, batch=72),          # EP blocks of 72 fill a domain
+            megatron_strategy(tp=4, ep=2, dp=18, batch=72),         # blocks of 8 tile a domain
+            megatron_strategy(tp=8, ep=18, batch=72)]               # EP blocks of 144 cover two domains
+    assert all("domain_straddle" in evaluate(ctx, s).reasons for s in straddles)
+    assert not any("domain_straddle" in evaluate(ctx, s).reasons for s in fine)
+    h100 = make_ctx("deepseek-v3", 64)
+    assert "domain_straddle" not in evaluate(h100, megatron_strategy(tp=8, ep=8, batch=64)).reasons
+
+
 def test_static_midpoint_rule_error_is_small():
     ctx = make_ctx("llama-3.1-8b", 8, "static", input_len=512, output_len=256)
     strategies = _rng_strategies(ctx, 40, seed=3)
