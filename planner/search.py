@@ -125,6 +125,7 @@ class PPOSearch:
         groups += [(i, i + 1) for i in range(n_coarse, len(sizes) - 1)]  # a producer and its consumer
         rows = [_moved(base, dict(zip(g, values, strict=True)))
                 for g in groups if g for values in itertools.product(*(range(sizes[i]) for i in g))]
+        rows += self._pipeline_moves(base)
         if not rows:
             return np.zeros((0, len(base)), dtype=np.int64)
         rows = self.actions.repair(np.array(rows), self.rng) if self.actions.masking else np.array(rows)
@@ -135,6 +136,17 @@ class PPOSearch:
                 seen.add(tuple(k))
                 keep.append(r)
         return rows[keep]
+
+    def _pipeline_moves(self, base: np.ndarray) -> list[np.ndarray]:
+        """Every pipeline depth with as many microbatches (a pipeline of p stages needs p of them
+        in flight to stay busy), at every batch: three coarse heads that move together."""
+        names = [h.name for h in self.actions.heads]
+        if not {"pp", "microbatches", "batch"} <= set(names):
+            return []
+        i_pp, i_mb, i_batch = names.index("pp"), names.index("microbatches"), names.index("batch")
+        pp, mb = self.actions.heads[i_pp].values, self.actions.heads[i_mb].values
+        return [_moved(base, {i_pp: a, i_mb: mb.index(depth), i_batch: b})
+                for a, depth in enumerate(pp) if depth in mb for b in range(len(self.actions.heads[i_batch].values))]
 
     def _life(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
         """One network's life: rollouts and updates until the chunk ends or the policy is confident
