@@ -183,3 +183,15 @@ def test_every_option_of_every_group_composes(group):
 def test_scenarios_are_the_benchmark_set():
     assert {"dense-70b-1node", "mixtral-2node", "deepseek-8node", "gptmoe-1.6t-16k", "gptmoe-1.6t-32k",
             "gptmoe-1.6t-64k", "dense-70b-prefill"} <= set(SCENARIOS)
+
+
+def test_scenario_configs_compose_inside_a_running_hydra_app():
+    """Studies compose scenario configs while ``shard-validate`` holds Hydra's global state."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from validation.scenarios import scenario_config
+
+    with initialize_config_module(config_module="conf", version_base=None):
+        app = GlobalHydra.instance().hydra
+        assert scenario_config("mixtral-2node").topology.num_nodes == 2
+        assert GlobalHydra.instance().hydra is app       # the app's Hydra is back

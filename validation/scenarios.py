@@ -3,6 +3,7 @@ benchmarks and apps read the very same configs."""
 
 from __future__ import annotations
 
+import contextlib
 from functools import cache
 from pathlib import Path
 
@@ -21,8 +22,24 @@ def scenario_config(name: str, overrides: list[str] | None = None):
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}")
     register()
-    with initialize_config_module(config_module="conf", version_base=None):
+    with _outside_hydra(), initialize_config_module(config_module="conf", version_base=None):
         return compose(config_name="search", overrides=[f"experiment={name}", *(overrides or [])])
+
+
+@contextlib.contextmanager
+def _outside_hydra():
+    """Hydra's compose API refuses to start inside a running Hydra app (``shard-validate`` running a
+    study): set the app's global Hydra aside meanwhile, and put it back."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    app = GlobalHydra.instance().hydra if GlobalHydra.instance().is_initialized() else None
+    GlobalHydra.instance().clear()
+    try:
+        yield
+    finally:  # compose's context restores a copy of the singletons: ask for the instance again
+        GlobalHydra.instance().clear()
+        if app is not None:
+            GlobalHydra.instance().initialize(app)
 
 
 @cache

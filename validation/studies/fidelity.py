@@ -22,7 +22,6 @@ Scenarios on ``LARGE_GPUS`` GPUs or more (the 1024-GPU GPT-MoE ones take seconds
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import functools
 import json
@@ -57,23 +56,6 @@ QUICK = {"scenarios": ("dense-70b-1node",), "strategies": 12, "large_strategies"
          "workers": 1, "explain_top": 2}
 FULL = {"scenarios": DEFAULT_SCENARIOS, "strategies": 500, "large_strategies": 60, "search_budget": 200,
         "workers": 2, "explain_top": 6}
-
-
-@contextlib.contextmanager
-def _outside_hydra():
-    """:mod:`validation.scenarios` composes the scenario configs with Hydra's compose API, which refuses
-    to run inside a Hydra app (``shard-validate``): set the app's global Hydra aside meanwhile."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    gh = GlobalHydra.instance()
-    app = gh.hydra
-    gh.clear()
-    try:
-        yield
-    finally:
-        gh.clear()
-        if app is not None:
-            gh.initialize(app)
 
 
 @functools.cache
@@ -206,12 +188,11 @@ def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = Non
         if int(opts[field]) < 1:
             raise ValueError(f"{field} must be >= 1, got {opts[field]}")
     rows = []
-    with _outside_hydra():
-        for name in opts["scenarios"]:
-            large = scenario_context(name).cluster.num_gpus >= LARGE_GPUS
-            n = min(opts["strategies"], opts["large_strategies"]) if large else opts["strategies"]
-            rows += _scenario(name, int(n), seed, int(opts["search_budget"]), int(opts["workers"]),
-                              int(opts["explain_top"]))
+    for name in opts["scenarios"]:
+        large = scenario_context(name).cluster.num_gpus >= LARGE_GPUS
+        n = min(opts["strategies"], opts["large_strategies"]) if large else opts["strategies"]
+        rows += _scenario(name, int(n), seed, int(opts["search_budget"]), int(opts["workers"]),
+                          int(opts["explain_top"]))
     return write_outputs(rows, Path(out_dir), opts | {"seed": seed, "quick": quick, "k_rerank": K_RERANK,
                                                       "large": LARGE, "large_gpus": LARGE_GPUS})
 
