@@ -139,14 +139,17 @@ class PPOSearch:
 
     def _pipeline_moves(self, base: np.ndarray) -> list[np.ndarray]:
         """Every pipeline depth with as many microbatches (a pipeline of p stages needs p of them
-        in flight to stay busy), at every batch: three coarse heads that move together."""
+        in flight to stay busy), at every batch and expert-parallel degree (the GPUs a depth frees
+        or takes come from EP or from the replicas): four coarse heads that move together."""
         names = [h.name for h in self.actions.heads]
         if not {"pp", "microbatches", "batch"} <= set(names):
             return []
         i_pp, i_mb, i_batch = names.index("pp"), names.index("microbatches"), names.index("batch")
         pp, mb = self.actions.heads[i_pp].values, self.actions.heads[i_mb].values
-        return [_moved(base, {i_pp: a, i_mb: mb.index(depth), i_batch: b})
-                for a, depth in enumerate(pp) if depth in mb for b in range(len(self.actions.heads[i_batch].values))]
+        i_ep = names.index("ep")
+        return [_moved(base, {i_pp: a, i_mb: mb.index(depth), i_batch: b, i_ep: e})
+                for a, depth in enumerate(pp) if depth in mb for b in range(len(self.actions.heads[i_batch].values))
+                for e in range(len(self.actions.heads[i_ep].values))]
 
     def _life(self, ev: Evaluator, until: int, stop: Callable[[], bool]) -> None:
         """One network's life: rollouts and updates until the chunk ends or the policy is confident
