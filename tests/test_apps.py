@@ -162,7 +162,14 @@ def test_plan_with_unknown_operator_is_rejected(tmp_path):
 
 def test_unknown_group_option_lists_choices(tmp_path):
     proc = app("search", "model=gpt-7", cwd=tmp_path)
-    assert proc.returncode != 0 and "llama-3.1-70b" in proc.stderr
+    assert proc.returncode == 2 and "llama-3.1-70b" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["search", "sim", "validate", "report"])
+def test_a_value_of_the_wrong_type_exits_2_naming_the_key(tmp_path, name):
+    key = {"search": "planner.polish", "sim": "sim.contention", "validate": "study.quick", "report": "megatron"}[name]
+    proc = app(name, f"{key}=maybe", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and key in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 def _group_options(group: str) -> list[str]:

@@ -29,7 +29,14 @@ from planner.megatron import megatron_search, strategy_from_key
 from planner.rerank import make_reranker, rerank_search
 from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
 from planner.space import SearchSpace
-from simcore.apps.common import atomic_write_json, atomic_write_text, cli_errors, console, run_dir
+from simcore.apps.common import (
+    atomic_write_json,
+    atomic_write_text,
+    cli_errors,
+    config_errors_exit_2,
+    console,
+    run_dir,
+)
 from simcore.config import build_context, build_engine_config, build_graph
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
 from simcore.proxy import evaluate
@@ -167,7 +174,7 @@ register()
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="search")
 @cli_errors
-def main(cfg: DictConfig) -> float:
+def _main(cfg: DictConfig) -> float:
     try:
         summary = run(cfg)
     except SearchInterrupted as exc:
@@ -176,3 +183,6 @@ def main(cfg: DictConfig) -> float:
               file=sys.stderr)
         sys.exit(128 + int(getattr(exc, "signal", None) or 2))
     return float(summary["proxy_tokens_per_s_per_gpu"] or 0.0)
+
+
+main = config_errors_exit_2(_main)

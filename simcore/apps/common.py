@@ -41,6 +41,28 @@ def _in_sweep() -> bool:
         return False
 
 
+_TASK_STARTED = False  # set once Hydra has composed the config and called the app's function
+
+
+def config_errors_exit_2(entry: Callable) -> Callable:
+    """Console entry around a ``@hydra.main`` app: Hydra reports a config it cannot compose (a value
+    of the wrong type, an unknown group option, a malformed override) and exits 1 before the app's
+    function runs; that is bad input, so exit 2 as :func:`cli_errors` does. Hydra's message (naming
+    the key, or listing a group's choices) is kept as it is."""
+
+    @functools.wraps(entry)
+    def wrapper(*args, **kwargs):
+        try:
+            return entry(*args, **kwargs)
+        except SystemExit as exc:
+            multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])  # jobs run in workers
+            if exc.code == 1 and not _TASK_STARTED and not multirun:
+                sys.exit(2)
+            raise
+
+    return wrapper
+
+
 def cli_errors(func: Callable) -> Callable:
     """Turn bad-input exceptions into ``error: <message>`` on stderr and exit code 2 (no traceback).
 
@@ -53,6 +75,8 @@ def cli_errors(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from omegaconf.errors import OmegaConfBaseException
 
+        global _TASK_STARTED
+        _TASK_STARTED = True
         try:
             return func(*args, **kwargs)
         except (ValueError, KeyError, FileNotFoundError, OmegaConfBaseException) as exc:

@@ -18,7 +18,15 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
 from planner.config import SearchAppConfig
-from simcore.apps.common import UserError, atomic_write_json, atomic_write_text, cli_errors, console, run_dir
+from simcore.apps.common import (
+    UserError,
+    atomic_write_json,
+    atomic_write_text,
+    cli_errors,
+    config_errors_exit_2,
+    console,
+    run_dir,
+)
 from simcore.config import build_context, build_engine_config, build_graph
 from simcore.engine import simulate
 from simcore.engine.trace import write_trace
@@ -148,5 +156,8 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="sim")
 @cli_errors
-def main(cfg: DictConfig) -> float:
+def _main(cfg: DictConfig) -> float:
     return float(run(cfg)["sim"]["tokens_per_s_per_gpu"])
+
+
+main = config_errors_exit_2(_main)

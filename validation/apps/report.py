@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from rich.markup import escape
 from rich.table import Table
 
-from simcore.apps.common import UserError, atomic_write_text, cli_errors, console
+from simcore.apps.common import UserError, atomic_write_text, cli_errors, config_errors_exit_2, console
 from validation.report import CSV_COLUMNS, Job, collect, curves_plot, fill_megatron, fill_sim, throughput_plot
 
 __all__ = ["run", "main", "ReportAppConfig"]
@@ -158,6 +158,7 @@ def _main(cfg: DictConfig) -> None:
     run(cfg)
 
 
+@config_errors_exit_2
 def main() -> None:
     """Accept ``shard-report DIR`` as well as ``shard-report dir=DIR``."""
     args = sys.argv[1:]

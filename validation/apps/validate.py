@@ -14,7 +14,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from simcore.apps.common import UserError, cli_errors, run_dir
+from simcore.apps.common import UserError, cli_errors, config_errors_exit_2, run_dir
 
 __all__ = ["run", "main", "STUDIES"]
 
@@ -115,5 +115,8 @@ ConfigStore.instance().store(name="validate_schema", node=ValidateAppConfig)
 
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="validate")
 @cli_errors
-def main(cfg: DictConfig) -> None:
+def _main(cfg: DictConfig) -> None:
     run(cfg)
+
+
+main = config_errors_exit_2(_main)
