@@ -24,7 +24,8 @@ from simcore.hardware import get_gpu
 from topologies import build_topology
 
 FAB = Fabric.from_gpu(get_gpu("h100-sxm"))
-BARE = DEFAULT.with_overrides(launch_overhead_s=0.0, ring_fill_steps_copy=0.0, ring_fill_steps_reduce=0.0)
+BARE = DEFAULT.with_overrides(launch_overhead_s=0.0, ring_fill_steps_copy=0.0, ring_fill_steps_reduce=0.0,
+                              nvls_fill_bytes=0.0)
 US = 1e-6
 
 
@@ -80,6 +81,21 @@ def test_nvls_bandwidth_follows_nccl_channel_rule():
     alg = 8 * bw_ch * 0.85 * 7 / 8 * 2 * 8 / 14
     t = collective_time_s("all_reduce", 2.0**33, 8, 8, FAB, "nvls", "simple", BARE)
     assert t == pytest.approx(25 * US + 2.0**33 / alg)
+
+
+def test_nvls_fill_adds_the_unoverlapped_bytes_once_and_never_changes_the_choice():
+    fill = 8e6
+    with_fill = BARE.with_overrides(nvls_fill_bytes=fill)
+    for size in (2.0**20, 2.0**24, 2.0**30):
+        bare = collective_time_s("all_reduce", size, 8, 8, FAB, "nvls", "simple", BARE)
+        alg = size / (bare - 25 * US)
+        filled = collective_time_s("all_reduce", size, 8, 8, FAB, "nvls", "simple", with_fill)
+        assert filled - bare == pytest.approx(min(size, fill) / alg, rel=1e-9)
+        assert select("all_reduce", size, 8, 8, FAB, constants=with_fill)[:2] == \
+            select("all_reduce", size, 8, 8, FAB, constants=BARE)[:2]
+    # all-gather has no separate reduce phase to overlap: no fill
+    assert collective_time_s("all_gather", 2.0**24, 8, 8, FAB, "nvls", "simple", with_fill) == \
+        collective_time_s("all_gather", 2.0**24, 8, 8, FAB, "nvls", "simple", BARE)
 
 
 def test_all_to_all_is_max_of_nvlink_and_nic_volumes():

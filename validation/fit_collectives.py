@@ -7,10 +7,15 @@ rows it governs:
 1. bandwidth parameters on bandwidth-bound rows (size >= 1 GiB, where latency is < 1 % of the time):
    the achievable NVLink fraction ``nvlink_efficiency`` and the un-overlapped ring fill steps of copy
    and reduce passes (``ring_fill_steps_copy`` / ``ring_fill_steps_reduce``);
-2. latency parameters on every row: the per-collective ``launch_overhead_s``.
+   then, on rows >= 1 MiB, the bytes of an NVLS all-reduce that do not overlap its reduce and multicast
+   phases (``nvls_fill_bytes``: the fill that makes mid-size NVLS slower than latency + S / bandwidth);
+2. on the rows below 1 MiB, the per-call overhead of each measuring harness (a base per harness with
+   at least ``MIN_LATENCY_ROWS`` such rows, the others keep their prior, plus a per-device launch cost
+   shared by all; :mod:`validation.studies.harness`). The simulator's own ``launch_overhead_s`` (what
+   a serving framework pays per collective) is not fitted here; see ``NcclConstants``.
 
 NCCL's own constants stay as NCCL has them; no per-row factors. The printed values are the
-``NcclConstants`` defaults (``simcore/collectives/constants.py``).
+``NcclConstants`` defaults (``simcore/collectives/constants.py``) and ``HARNESS_OVERHEAD_S``.
 
 Run: ``python -m validation.fit_collectives [--data PATH]``; the last line of output is JSON.
 """
@@ -27,20 +32,24 @@ from scipy.optimize import least_squares
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s
 from simcore.hardware import get_gpu
 from validation.studies.collectives import DEFAULT_DATA, Case, load_rows, parse_row
+from validation.studies.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S
 
-__all__ = ["FIT_PARAMS", "BANDWIDTH_PARAMS", "LATENCY_PARAMS", "load_cases", "log_residuals", "fit",
-           "fit_staged", "main"]
+__all__ = ["FIT_PARAMS", "BANDWIDTH_PARAMS", "PIPELINE_PARAMS", "load_cases", "log_residuals", "fit",
+           "fit_overheads", "fit_staged", "main"]
 
 #: name -> (lower bound, upper bound, scale of the optimizer's variable).
 FIT_PARAMS: dict[str, tuple[float, float, float]] = {
     "nvlink_efficiency": (0.5, 1.0, 1.0),
-    "launch_overhead_s": (0.0, 50e-6, 1e-6),
+    "launch_overhead_s": (0.0, 50e-6, 1e-6),  # bounds of every per-call overhead (harness bases too)
     "ring_fill_steps_copy": (0.0, 3.0, 1.0),
     "ring_fill_steps_reduce": (0.0, 3.0, 1.0),
+    "nvls_fill_bytes": (0.0, 64e6, 1e6),
 }
 BANDWIDTH_PARAMS = ("nvlink_efficiency", "ring_fill_steps_copy", "ring_fill_steps_reduce")
-LATENCY_PARAMS = ("launch_overhead_s",)
+PIPELINE_PARAMS = ("nvls_fill_bytes",)
+PIPELINE_MIN_BYTES = 2.0**20
 BANDWIDTH_MIN_BYTES = 2.0**30
+MIN_LATENCY_ROWS = 3  # rows below 1 MiB a harness needs before its overhead is fitted
 _FABRIC = Fabric.from_gpu(get_gpu("h100-sxm"), nvlink_domain_size=8)
 
 
@@ -68,41 +77,106 @@ def _batches(cases: list[Case]) -> list[tuple[str, str, np.ndarray, np.ndarray, 
     return out
 
 
-def log_residuals(cases: list[Case], constants: NcclConstants, batches=None) -> np.ndarray:
-    """log(simulated / measured) per case."""
-    batches = batches or _batches(cases)
+def _simulated(cases: list[Case], constants: NcclConstants, batches) -> np.ndarray:
+    """Simulated seconds per case without any per-call overhead."""
+    constants = constants.with_overrides(launch_overhead_s=0.0)
     sim = np.empty(len(cases))
     for coll, algo, idx, size, n, p in batches:
         sim[idx] = collective_time_s(coll, size, n, p, _FABRIC, algorithm=algo, constants=constants)
+    return sim
+
+
+def _devices(cases: list[Case]) -> np.ndarray:
+    return np.array([c.devices_per_process - 1.0 for c in cases])
+
+
+def log_residuals(cases: list[Case], constants: NcclConstants, batches=None,
+                  overheads: dict[str, float] = HARNESS_OVERHEAD_S,
+                  per_device_s: float = PER_DEVICE_LAUNCH_S) -> np.ndarray:
+    """log(simulated / measured) per case, each charged its harness's overhead as the study does."""
+    sim = _simulated(cases, constants, batches or _batches(cases))
+    sim += np.array([overheads[c.harness] for c in cases]) + per_device_s * _devices(cases)
     return np.log(sim / np.array([c.measured_time_s for c in cases]))
 
 
-def fit(cases: list[Case], params: tuple[str, ...] = tuple(FIT_PARAMS),
-        start: NcclConstants = DEFAULT) -> tuple[NcclConstants, np.ndarray]:
-    """Least-squares fit of ``params`` on log time; returns (fitted constants, final residuals)."""
+def _robust_fit(residuals, x0: list[float], high: float):
+    """Robust (soft-L1 on log time) least squares in microseconds: the published small-message tables
+    have warm-up outliers (the XLA table's first size is 2-10x its neighbours) that plain least
+    squares would chase."""
+    result = least_squares(residuals, x0, bounds=([0.0] * len(x0), [high / 1e-6] * len(x0)),
+                           loss="soft_l1", f_scale=0.1)
+    return result.x * 1e-6
+
+
+def fit_overheads(cases: list[Case], constants: NcclConstants, prior: dict[str, float] = HARNESS_OVERHEAD_S,
+                  ) -> tuple[dict[str, float], float]:
+    """(base overhead per harness, per-device launch seconds).
+
+    Fitted together on the rows below 1 MiB, where the overhead is most of the time and the bandwidth
+    model's errors do not leak in. A harness with fewer than ``MIN_LATENCY_ROWS`` such rows keeps its
+    ``prior`` base; the per-device term needs rows whose process drove more than one GPU, else it keeps
+    ``PER_DEVICE_LAUNCH_S``."""
+    small = [c for c in cases if c.size_bytes < 2**20]
+    base = _simulated(small, constants, _batches(small)) if small else np.zeros(0)
+    measured = np.array([c.measured_time_s for c in small])
+    harness = np.array([c.harness for c in small])
+    devices = _devices(small)
+    fitted = [h for h in sorted(set(harness)) if (harness == h).sum() >= MIN_LATENCY_ROWS]
+    free_device = bool(fitted) and bool((devices[np.isin(harness, fitted)] > 0).any())
+    overheads, per_device = dict(prior), PER_DEVICE_LAUNCH_S
+    if fitted:
+        rows = np.isin(harness, fitted)
+        index = np.array([fitted.index(h) if h in fitted else 0 for h in harness])[rows]
+
+        def residuals(x):
+            dev = x[-1] if free_device else per_device / 1e-6
+            return np.log((base[rows] + (x[index] + dev * devices[rows]) * 1e-6) / measured[rows])
+
+        x = _robust_fit(residuals, [10.0] * len(fitted) + ([2.0] if free_device else []),
+                        FIT_PARAMS["launch_overhead_s"][1])
+        overheads.update(zip(fitted, map(float, x[:len(fitted)]), strict=True))
+        per_device = float(x[-1]) if free_device else per_device
+    return overheads, per_device
+
+
+def fit(cases: list[Case], params: tuple[str, ...] = BANDWIDTH_PARAMS, start: NcclConstants = DEFAULT,
+        overheads: dict[str, float] = HARNESS_OVERHEAD_S,
+        per_device_s: float = PER_DEVICE_LAUNCH_S) -> tuple[NcclConstants, np.ndarray]:
+    """Least-squares fit of ``NcclConstants`` fields ``params`` on log time, each row charged its
+    harness's overhead from ``overheads``; returns (fitted constants, final residuals)."""
     batches = _batches(cases)
     scale = np.array([FIT_PARAMS[p][2] for p in params])
     lower = np.array([FIT_PARAMS[p][0] for p in params]) / scale
     upper = np.array([FIT_PARAMS[p][1] for p in params]) / scale
     x0 = np.clip(np.array([getattr(start, p) for p in params]) / scale, lower, upper)
+    x0 = np.where(x0 == 0.0, 0.1 * upper, x0)  # a finite-difference step from 0 is too small to move
 
     def constants_of(x: np.ndarray) -> NcclConstants:
         return start.with_overrides(**{p: float(v) for p, v in zip(params, x * scale, strict=True)})
 
-    result = least_squares(lambda x: log_residuals(cases, constants_of(x), batches), x0,
-                           bounds=(lower, upper), diff_step=1e-3)
+    result = least_squares(lambda x: log_residuals(cases, constants_of(x), batches, overheads, per_device_s),
+                           x0, bounds=(lower, upper), diff_step=1e-3)
     best = constants_of(result.x)
-    return best, log_residuals(cases, best, batches)
+    return best, log_residuals(cases, best, batches, overheads, per_device_s)
 
 
-def fit_staged(cases: list[Case], min_bytes: float = BANDWIDTH_MIN_BYTES,
-               start: NcclConstants = DEFAULT) -> tuple[NcclConstants, np.ndarray]:
-    """Bandwidth parameters on rows of at least ``min_bytes``, then latency parameters on all rows."""
+def fit_staged(cases: list[Case], min_bytes: float = BANDWIDTH_MIN_BYTES, start: NcclConstants = DEFAULT,
+               ) -> tuple[NcclConstants, dict[str, float], float, np.ndarray]:
+    """Bandwidth parameters on rows of at least ``min_bytes``, the NVLS fill on rows >= 1 MiB, then the
+    overheads (:func:`fit_overheads`).
+
+    Returns (fitted constants, base overhead per harness, per-device launch seconds, the study's log
+    residuals at those values)."""
     big = [c for c in cases if c.size_bytes >= min_bytes]
     if not big:
         raise ValueError(f"no row of at least {min_bytes:.0f} bytes to fit the bandwidth parameters on")
-    stage1, _ = fit(big, BANDWIDTH_PARAMS, start)
-    return fit(cases, LATENCY_PARAMS, stage1)
+    mid = [c for c in cases if c.size_bytes >= PIPELINE_MIN_BYTES]
+    overheads, per_device, stage1 = dict(HARNESS_OVERHEAD_S), PER_DEVICE_LAUNCH_S, start
+    for _ in range(2):  # each stage barely touches the others' rows; a second round settles them
+        stage1, _ = fit(big, BANDWIDTH_PARAMS, stage1, overheads, per_device)
+        stage1, _ = fit(mid, PIPELINE_PARAMS, stage1, overheads, per_device)
+        overheads, per_device = fit_overheads(cases, stage1)
+    return stage1, overheads, per_device, log_residuals(cases, stage1, None, overheads, per_device)
 
 
 def _band_errors(cases: list[Case], residuals: np.ndarray) -> dict[str, float]:
@@ -122,19 +196,29 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bandwidth-min-bytes", type=float, default=BANDWIDTH_MIN_BYTES,
                         help="rows at least this large fit the bandwidth parameters")
     args = parser.parse_args(argv)
-    params = BANDWIDTH_PARAMS + LATENCY_PARAMS
+    params = BANDWIDTH_PARAMS + PIPELINE_PARAMS
     cases = load_cases(args.data)
     before = _band_errors(cases, log_residuals(cases, DEFAULT))
-    best, residuals = fit_staged(cases, args.bandwidth_min_bytes)
+    best, overheads, per_device, residuals = fit_staged(cases, args.bandwidth_min_bytes)
     after = _band_errors(cases, residuals)
     n_bw = sum(c.size_bytes >= args.bandwidth_min_bytes for c in cases)
     print(f"rows used: {len(cases)} ({n_bw} for the bandwidth stage)")
     for p in params:
         print(f"  {p:24s} = {getattr(best, p):.6g}   (default {getattr(DEFAULT, p):.6g})")
+    counts = {h: (sum(c.harness == h for c in cases), sum(c.harness == h and c.size_bytes < 2**20 for c in cases))
+              for h in overheads}
+    for h, value in overheads.items():
+        how = "fitted" if counts[h][1] >= MIN_LATENCY_ROWS else "prior, not fitted"
+        print(f"  overhead[{h}]{'':{max(0, 14 - len(h))}s} = {value * 1e6:7.3f} us  (HARNESS_OVERHEAD_S "
+              f"{HARNESS_OVERHEAD_S.get(h, float('nan')) * 1e6:.3f} us; {counts[h][0]} rows, {counts[h][1]} "
+              f"< 1 MiB; {how})")
+    print(f"  per-device launch        = {per_device * 1e6:7.3f} us  (PER_DEVICE_LAUNCH_S "
+          f"{PER_DEVICE_LAUNCH_S * 1e6:.3f} us)")
     for k in after:
         print(f"  {k:34s} defaults {before[k]:.3f} -> fitted {after[k]:.3f}")
-    figures = {"rows": len(cases), "fitted": {p: getattr(best, p) for p in params}, "before": before,
-               "after": after, "rms_log_residual": float(np.sqrt(np.mean(residuals**2)))}
+    figures = {"rows": len(cases), "fitted": {p: getattr(best, p) for p in params},
+               "harness_overhead_s": overheads, "per_device_launch_s": per_device, "before": before, "after": after,
+               "rms_log_residual": float(np.sqrt(np.mean(residuals**2)))}
     print(json.dumps(figures))
     return figures
 

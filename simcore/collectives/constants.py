@@ -99,20 +99,29 @@ class NcclConstants:
     max_channel_bw_intra: float = 60.0 * _GB        # fastest per-channel speed NCCL's sm90 search tries
     # ---- calibrated physical parameters: fitted by `python -m validation.fit_collectives` ----
     # on validation/data/collectives_calibration.csv (301 rows; bandwidth terms on the 46 rows >= 1 GiB,
-    # the launch overhead on all rows).
-    # Fraction of the per-direction NVLink rate a set of ring channels reaches (0.795 x 450 = 358 GB/s;
+    # the NVLS fill on the 176 rows >= 1 MiB, each row charged its measuring harness's per-call overhead).
+    # Fraction of the per-direction NVLink rate a set of ring channels reaches (0.797 x 450 = 359 GB/s;
     # NCCL itself assumes 20.6 GB/s x 18 links = 370.8 GB/s = 0.824).
-    nvlink_efficiency: float = 0.7952
+    nvlink_efficiency: float = 0.7973
     # Fraction of the NIC line rate reached (NCCL maintainers: 46-48 of 50 GB/s per NDR NIC). A prior, not
     # fitted: the two multi-node calibration rows are bound by NVLink and the NICs alike.
     nic_efficiency: float = 0.92
-    # Host/runtime cost of issuing one collective (kernel launch, framework call), added to every one.
+    # Host/runtime cost of issuing one collective in a serving framework (one process per GPU: kernel
+    # launch, framework call), added to every one. Not refitted by fit_collectives: 18.0 us is what one
+    # overhead fitted on all calibration rows gave before harnesses were told apart, and the per-pass
+    # runtime overhead of fit_inference is fitted with it. It lies within what the harnesses measure
+    # per call (validation/studies/harness.py): eager torch.distributed 22 us, the XLA runtime 9 us
+    # + 2 us per further GPU it drives (23 us at 8), nccl-tests' back-to-back calls ~0.
     launch_overhead_s: float = 18.03 * _US
     # Un-overlapped steps added to the bandwidth term of one ring pass (pipeline fill and drain), for
     # passes that copy (all-gather) and that reduce (reduce-scatter); all-reduce has one of each. They
     # carry the measured fall of ring busbw at 2 and 4 GPUs (XLA table; nccl-tests at 8 GPUs shows less).
-    ring_fill_steps_copy: float = 0.2346
-    ring_fill_steps_reduce: float = 0.6641
+    ring_fill_steps_copy: float = 0.2371
+    ring_fill_steps_reduce: float = 0.6682
+    # Bytes of an NVLS all-reduce whose reduce (multimem ld_reduce) and multicast-store phases do not
+    # overlap: min(S, this) / algBw is added. Carries the measured dip of NVLS busbw at 2-64 MiB (XLA,
+    # torch and nccl-tests alike: ~25% below latency + S / bandwidth at 8-32 MiB), ~42 us at most.
+    nvls_fill_bytes: float = 11.42e6
 
     def __post_init__(self) -> None:
         for name in ("nvlink_efficiency", "nic_efficiency", "nvls_efficiency"):
@@ -120,7 +129,7 @@ class NcclConstants:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"NcclConstants.{name} must be in (0, 1], got {value!r}")
         for name in ("launch_overhead_s", "net_overhead_s", "net_latency_s", "ring_fill_steps_copy",
-                     "ring_fill_steps_reduce"):
+                     "ring_fill_steps_reduce", "nvls_fill_bytes"):
             value = getattr(self, name)
             if not (value >= 0.0 and math.isfinite(value)):
                 raise ValueError(f"NcclConstants.{name} must be finite and >= 0, got {value!r}")

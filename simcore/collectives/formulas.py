@@ -174,7 +174,9 @@ def _nvls(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclConstants)
         alg = nch * intra * (n / (2.0 * (n - 1)) if ar else 1.0)
         bandwidth = np.where(ok, S / alg, np.inf)
     latency = np.full_like(S, c.nvls_nvlink_latency_s)
-    return EntryCost(latency, bandwidth, np.full_like(S, c.launch_overhead_s), np.zeros_like(S))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fill = np.where(ok & ar, np.minimum(S, c.nvls_fill_bytes) / alg, 0.0)
+    return EntryCost(latency, bandwidth, np.full_like(S, c.launch_overhead_s), fill)
 
 
 def _nvls_tree(shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> EntryCost:

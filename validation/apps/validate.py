@@ -25,11 +25,13 @@ _DATA = Path(__file__).resolve().parent.parent / "data"
 class StudyConfig:
     """``name``: which study; ``data``: its input CSV (``null`` = the shipped calibration file);
     ``engine``: ``analytic`` (the cost model) or ``flow`` (the flow-level simulator) where it applies.
-    Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``."""
+    Collectives only: ``harness`` that measured the rows (``auto`` reads it from each row's setting
+    and note; ``nccl-tests``, ``xla``, ``torch`` force one). Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``."""
 
     name: str = "collectives"
     data: str | None = None
     engine: str = "analytic"
+    harness: str = "auto"
     strategies: int | None = None
     scenarios: list[str] | None = None
     quick: bool = False
@@ -41,19 +43,25 @@ class ValidateAppConfig:
     data: str | None = None  # shorthand for study.data
 
 
-def _collectives(data: Path, out: Path, engine: str) -> dict:
+def _collectives(data: Path, out: Path, study) -> dict:
     from validation.studies import collectives
+    from validation.studies.harness import check_harness
 
-    return collectives.main(["--data", str(data), "--out", str(out), "--engine", engine])  # prints per row
+    try:
+        check_harness(study.harness)
+    except ValueError as exc:
+        raise UserError(f"study.harness: {exc}") from exc
+    return collectives.main(["--data", str(data), "--out", str(out), "--engine", study.engine,  # prints per row
+                             "--harness", study.harness])
 
 
-def _kernels(data: Path, out: Path, engine: str) -> dict:
+def _kernels(data: Path, out: Path, study) -> dict:
     from validation.studies import kernels
 
     return kernels.run(data, out)
 
 
-def _inference(data: Path, out: Path, engine: str) -> dict:
+def _inference(data: Path, out: Path, study) -> dict:
     from validation.studies import inference
 
     return inference.run(data, out)
@@ -76,7 +84,7 @@ def _rewrites(out: Path, study) -> dict:
     return {"study": "rewrites", "headline": headline(summary), "summary": str(out / "summary.json")}
 
 
-# name -> (function, default data file). A study with data is called as function(data, out_dir, engine);
+# name -> (function, default data file). A study with data is called as function(data, out_dir, study config);
 # one without (default None; ``data=`` is ignored) as function(out_dir, study config).
 STUDIES = {
     "collectives": (_collectives, "collectives_calibration.csv"),
@@ -99,7 +107,7 @@ def run(cfg: DictConfig) -> dict:
         raise UserError(f"study.engine: {cfg.study.engine!r} is not one of analytic, flow")
     out = run_dir()
     if data is not None:
-        summary = func(data, out, cfg.study.engine)
+        summary = func(data, out, cfg.study)
     else:
         try:
             summary = func(out, cfg.study)

@@ -4,8 +4,10 @@ Reads any CSV in the schema of ``validation/data/collectives_calibration.csv``, 
 the analytic model (:func:`simcore.collectives.collective_time_s`) or the flow simulator
 (:func:`simcore.collectives.flows.simulate_collective`) and writes ``rows.csv``, ``summary.json`` and
 ``busbw.png`` into the output folder. Bad rows are reported and skipped; a bad header is an error.
+Each row is charged the per-call overhead of the harness that measured it (:mod:`.harness`).
 
-Run: ``python -m validation.studies.collectives --data PATH --out DIR [--engine analytic|flow]``.
+Run: ``python -m validation.studies.collectives --data PATH --out DIR [--engine analytic|flow]
+[--harness auto|nccl-tests|xla|torch]``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,19 @@ import numpy as np
 
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
 
-__all__ = ["COLUMNS", "REQUIRED_COLUMNS", "Case", "load_rows", "parse_row", "simulate_case", "summarize",
+from .harness import (
+    DEFAULT_HARNESS,
+    HARNESS_OVERHEAD_S,
+    HARNESSES,
+    PER_DEVICE_LAUNCH_S,
+    check_harness,
+    devices_per_process,
+    harness_of,
+    overhead_s,
+)
+
+__all__ = ["COLUMNS", "REQUIRED_COLUMNS", "HARNESS_OVERHEAD_S", "PER_DEVICE_LAUNCH_S", "devices_per_process",
+           "overhead_s", "Case", "load_rows", "parse_row", "simulate_case", "summarize",
            "run", "evaluate", "main", "DEFAULT_DATA", "busbw_factor"]
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "collectives_calibration.csv"
@@ -30,7 +44,7 @@ COLUMNS = ("source_url", "setting", "nodes", "gpus_per_node", "collective", "alg
            "time_us", "algbw_GBps", "busbw_GBps", "note")
 REQUIRED_COLUMNS = ("nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us",
                     "algbw_GBps", "busbw_GBps")
-OUTPUT_COLUMNS = ("sim_time_us", "sim_busbw_GBps", "sim_algorithm", "rel_error", "skipped_reason")
+OUTPUT_COLUMNS = ("harness", "sim_time_us", "sim_busbw_GBps", "sim_algorithm", "rel_error", "skipped_reason")
 _COLLECTIVE = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gather": "all_gather",
                "allgather": "all_gather", "reduce_scatter": "reduce_scatter",
                "reducescatter": "reduce_scatter",
@@ -55,6 +69,8 @@ class Case:
     measured_time_s: float
     concurrent_groups: int = 1
     source: str = ""
+    harness: str = DEFAULT_HARNESS  # what measured it (see :mod:`.harness`)
+    devices_per_process: int = 1    # GPUs the measuring process issued the collective on
 
     @property
     def n_ranks(self) -> int:
@@ -82,9 +98,9 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
         return [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
 
 
-def _number(row: dict[str, str], field: str, kind=float):
+def _number(row: dict[str, str], field: str, kind=float, zero_is_blank: bool = False):
     text = row.get(field, "")
-    if text == "":
+    if text == "" or (zero_is_blank and _is_zero(text)):
         return None
     try:
         value = kind(float(text)) if kind is int else float(text)
@@ -96,8 +112,17 @@ def _number(row: dict[str, str], field: str, kind=float):
     return value
 
 
-def parse_row(row: dict[str, str]) -> Case:
-    """A :class:`Case` from one CSV row; ``ValueError`` with the reason when the row is unusable."""
+def _is_zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False
+
+
+def parse_row(row: dict[str, str], harness: str = "auto") -> Case:
+    """A :class:`Case` from one CSV row; ``ValueError`` with the reason when the row is unusable.
+
+    ``harness``: ``auto`` reads it from the row's ``setting`` and ``note``; a harness name forces it."""
     coll = _COLLECTIVE.get(row.get("collective", "").lower())
     if coll is None:
         raise ValueError(f"unknown collective {row.get('collective')!r}")
@@ -109,7 +134,9 @@ def parse_row(row: dict[str, str]) -> Case:
     if nodes is None or per_node is None or size is None:
         raise ValueError("missing nodes, gpus_per_node or size_bytes")
     n = nodes * per_node
-    time_us, algbw, busbw = (_number(row, f) for f in ("time_us", "algbw_GBps", "busbw_GBps"))
+    # nccl-tests prints bandwidths of tiny messages as 0.00: no figure, not a bad row
+    time_us, algbw, busbw = (_number(row, f, zero_is_blank=f != "time_us")
+                             for f in ("time_us", "algbw_GBps", "busbw_GBps"))
     if time_us is not None:
         measured = time_us * 1e-6
     elif algbw is not None:
@@ -118,9 +145,12 @@ def parse_row(row: dict[str, str]) -> Case:
         measured = size / (busbw * 1e9 / busbw_factor(coll, n))
     else:
         raise ValueError("no time_us, algbw_GBps or usable busbw_GBps")
-    match = re.search(r"(\d+)\s+concurrent group", row.get("setting", "") + " " + row.get("note", ""))
+    text = row.get("setting", "") + " " + row.get("note", "")
+    match = re.search(r"(\d+)\s+concurrent group", text)
     groups = int(match.group(1)) if match else 1
-    return Case(coll, algo, nodes, per_node, size, measured, groups, row.get("source_url", ""))
+    harness = harness_of(text) if check_harness(harness) == "auto" else harness
+    return Case(coll, algo, nodes, per_node, size, measured, groups, row.get("source_url", ""), harness,
+                devices_per_process(harness, text, per_node))
 
 
 def _topology(nodes: int):
@@ -129,13 +159,17 @@ def _topology(nodes: int):
     return build_topology("hgx-h100") if nodes == 1 else build_topology("h100-ib-rail", num_nodes=nodes)
 
 
-def simulate_case(case: Case, engine: str = "analytic",
-                  constants: NcclConstants = DEFAULT) -> tuple[float, str]:
+def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants = DEFAULT,
+                  overheads: dict[str, float] = HARNESS_OVERHEAD_S,
+                  per_device_s: float = PER_DEVICE_LAUNCH_S) -> tuple[float, str]:
     """(simulated time in seconds, algorithm used) for one case.
 
+    The case's harness overhead (:func:`.harness.overhead_s`) replaces ``constants.launch_overhead_s``.
     The flow engine places ``concurrent_groups`` groups side by side (iota over the node's GPUs) and
     runs them together; the analytic model has no contention, so there they change nothing.
     """
+    extra = overhead_s(case.harness, case.devices_per_process, overheads, per_device_s)
+    constants = constants.with_overrides(launch_overhead_s=extra)
     graph = _topology(case.nodes)
     fabric = Fabric.from_topology(graph)
     args = (case.collective, case.size_bytes, case.n_ranks, case.gpus_per_node, fabric)
@@ -172,6 +206,12 @@ def summarize(records: list[dict], engine: str = "analytic") -> dict:
         rows = [r for r in used if r["_band"] == band]
         if rows:
             summary["bands"][band] = _stats([r["_err"] for r in rows])
+    summary["harnesses"] = {}
+    for harness in sorted({r["_case"].harness for r in used}):
+        for band in ("<1MiB", ">=1MiB"):
+            rows = [r for r in used if r["_case"].harness == harness and r["_band"] == band]
+            if rows:
+                summary["harnesses"][f"{harness}/{band}"] = _stats([r["_err"] for r in rows])
     groups: dict[tuple[str, int, str], list[float]] = {}
     for r in used:
         groups.setdefault((r["_case"].collective, r["_case"].n_ranks, r["_band"]), []).append(r["_err"])
@@ -180,12 +220,13 @@ def summarize(records: list[dict], engine: str = "analytic") -> dict:
     return summary
 
 
-def _simulate_all(rows: list[dict[str, str]], engine: str, constants: NcclConstants) -> list[dict]:
+def _simulate_all(rows: list[dict[str, str]], engine: str, constants: NcclConstants,
+                  harness: str = "auto") -> list[dict]:
     records = []
     for row in rows:
         record = {**{c: row.get(c, "") for c in COLUMNS}, **{c: "" for c in OUTPUT_COLUMNS}}
         try:
-            case = parse_row(row)
+            case = parse_row(row, harness)
             sim_s, algo = simulate_case(case, engine, constants)
         except ValueError as exc:
             record["skipped_reason"] = str(exc).replace("\n", " ")
@@ -193,7 +234,7 @@ def _simulate_all(rows: list[dict[str, str]], engine: str, constants: NcclConsta
             continue
         err = (sim_s - case.measured_time_s) / case.measured_time_s
         busbw = case.size_bytes / sim_s * busbw_factor(case.collective, case.n_ranks) / 1e9
-        record.update(sim_time_us=f"{sim_s * 1e6:.3f}", sim_busbw_GBps=f"{busbw:.3f}", sim_algorithm=algo,
+        record.update(harness=case.harness, sim_time_us=f"{sim_s * 1e6:.3f}", sim_busbw_GBps=f"{busbw:.3f}", sim_algorithm=algo,
                       rel_error=f"{err:.4f}", _case=case, _err=err, _sim_s=sim_s,
                       _band=">=1MiB" if case.size_bytes >= _MIB else "<1MiB")
         records.append(record)
@@ -242,12 +283,14 @@ def plot_busbw(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def evaluate(data_path: str | Path, engine: str = "analytic",
-             constants: NcclConstants = DEFAULT) -> list[dict]:
-    """One record per CSV row: its columns, the simulated figures, private ``_case``/``_err``/``_sim_s``."""
+def evaluate(data_path: str | Path, engine: str = "analytic", constants: NcclConstants = DEFAULT,
+             harness: str = "auto") -> list[dict]:
+    """One record per CSV row: its columns, the simulated figures, private ``_case``/``_err``/``_sim_s``.
+
+    ``harness``: ``auto`` reads each row's harness from its text; a name applies that one to every row."""
     if engine not in ("analytic", "flow"):
         raise ValueError(f"unknown engine {engine!r}; choose one of: analytic, flow")
-    return _simulate_all(load_rows(data_path), engine, constants)
+    return _simulate_all(load_rows(data_path), engine, constants, check_harness(harness))
 
 
 def _write_outputs(records: list[dict], out_dir: str | Path, engine: str) -> dict:
@@ -261,9 +304,9 @@ def _write_outputs(records: list[dict], out_dir: str | Path, engine: str) -> dic
 
 
 def run(data_path: str | Path, out_dir: str | Path, constants: NcclConstants = DEFAULT,
-        engine: str = "analytic") -> dict:
+        engine: str = "analytic", harness: str = "auto") -> dict:
     """Simulate every row of ``data_path``; write rows.csv, summary.json, busbw.png; return the summary."""
-    return _write_outputs(evaluate(data_path, engine, constants), out_dir, engine)
+    return _write_outputs(evaluate(data_path, engine, constants, harness), out_dir, engine)
 
 
 def _print_table(records: list[dict]) -> None:
@@ -285,8 +328,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="CSV in the collectives_calibration schema")
     parser.add_argument("--out", default="outputs/collectives", help="output folder")
     parser.add_argument("--engine", default="analytic", choices=("analytic", "flow"))
+    parser.add_argument("--harness", default="auto", choices=("auto",) + HARNESSES,
+                        help="what measured the rows (auto: read from each row's setting and note)")
     args = parser.parse_args(argv)
-    records = evaluate(args.data, args.engine)
+    records = evaluate(args.data, args.engine, harness=args.harness)
     summary = _write_outputs(records, args.out, args.engine)
     _print_table(records)
     for band, stats in summary.get("bands", {}).items():
@@ -294,6 +339,9 @@ def main(argv: list[str] | None = None) -> dict:
               f"median |err| {stats['median_abs_rel_error']:.1%}")
     for key, stats in summary.get("groups", {}).items():
         print(f"{key:40s} rows {stats['rows']:3d}  geomean {stats['geomean_abs_rel_error']:6.1%}  "
+              f"median {stats['median_abs_rel_error']:6.1%}")
+    for key, stats in summary.get("harnesses", {}).items():
+        print(f"harness {key:32s} rows {stats['rows']:3d}  geomean {stats['geomean_abs_rel_error']:6.1%}  "
               f"median {stats['median_abs_rel_error']:6.1%}")
     print(json.dumps({k: v for k, v in summary.items() if k != "groups"}))
     return summary
