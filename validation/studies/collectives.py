@@ -24,6 +24,7 @@ import numpy as np
 
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
 
+from .collectives_plot import plot_busbw
 from .harness import (
     DEFAULT_HARNESS,
     HARNESS_OVERHEAD_S,
@@ -246,41 +247,6 @@ def _write_rows(records: list[dict], path: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS + OUTPUT_COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(records)
-
-
-def plot_busbw(records: list[dict], path: Path) -> None:
-    """Measured (dots) vs simulated (crosses) busbw over size, a panel per collective x GPU count and a
-    colour per requested algorithm (``auto`` = NCCL's choice)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    used = [r for r in records if r["skipped_reason"] == ""]
-    keys = sorted({(r["_case"].collective, r["_case"].n_ranks) for r in used})
-    cols = max(1, min(4, len(keys)))
-    rows = max(1, math.ceil(len(keys) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    for ax, (coll, n) in zip(axes.flat, keys, strict=False):
-        factor = busbw_factor(coll, n) / 1e9
-        panel = [r for r in used if (r["_case"].collective, r["_case"].n_ranks) == (coll, n)]
-        for k, algo in enumerate(sorted({r["_case"].algorithm for r in panel})):
-            pts = sorted((r for r in panel if r["_case"].algorithm == algo),
-                         key=lambda r: r["_case"].size_bytes)
-            size = np.array([r["_case"].size_bytes for r in pts])
-            measured = size / np.array([r["_case"].measured_time_s for r in pts]) * factor
-            simulated = size / np.array([r["_sim_s"] for r in pts]) * factor
-            ax.semilogx(size, measured, "o", ms=3, color=f"C{k}", label=f"{algo} measured")
-            ax.semilogx(size, simulated, "x-", ms=4, lw=1, color=f"C{k}", label=f"{algo} simulated")
-        ax.set_title(f"{coll} {n} GPUs", fontsize=9)
-        ax.set_xlabel("size (bytes)", fontsize=8)
-        ax.set_ylabel("busbw (GB/s)", fontsize=8)
-        ax.legend(fontsize=6)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def evaluate(data_path: str | Path, engine: str = "analytic", constants: NcclConstants = DEFAULT,
