@@ -20,9 +20,20 @@ Performance design (see ``python -m validation.bench_network``):
   flows arrived or finished then.
 - Group plans are cached per pair list; routes (:class:`simcore.routing.EcmpRouter`: shortest
   path in hops never transiting a GPU, ECMP by a hash of seed, src, dst, flow_key and hop)
-  per (src, dst, flow_key).
+  per (src, dst, flow_key). With ``routing="adaptive"`` every flow instead takes, at each hop
+  with several equal-cost next links, the one carrying the fewest unfinished flows per byte/s
+  of capacity (least-loaded uplink, decided when the flow is sent; not cached).
 - Rate solves warm-start from the previous rates (:func:`simcore.maxmin.max_min_rates`):
   after a completion only the flows that lost their bottleneck are re-solved.
+
+Capacity is derated on the link, not per flow: ``link_efficiency(u, v, data)`` (default 1)
+scales each link's ``bandwidth_bytes_per_s`` to what traffic can actually carry on it (NVLink's
+and InfiniBand's protocol overheads), so k identical link-bound transfers take k times one.
+
+A *chain* (:meth:`FlowNetwork.transfer_chains`) is one flow that crosses the routes of several
+legs at once: a pipelined NCCL ring or tree channel moves the same bytes over every edge at one
+rate, the rate of its slowest link (finite FIFO slots couple the edges), so it is one max-min flow
+over the union of its legs' links.
 
 SimPy cannot cancel a scheduled timeout, so a superseded completion timer still fires (as
 a no-op) and ``env.run()`` without ``until`` may end after the last flow finished: read
@@ -33,7 +44,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 
 import networkx as nx
@@ -43,7 +54,10 @@ import simpy
 from simcore.maxmin import max_min_rates
 from simcore.routing import EcmpRouter
 
-__all__ = ["FlowNetwork"]
+__all__ = ["FlowNetwork", "ROUTINGS"]
+
+#: Routing policies of :class:`FlowNetwork`.
+ROUTINGS = ("ecmp", "adaptive")
 
 _LATE_PRIORITY = 2  # after simpy's URGENT (0) and NORMAL (1) events of the same instant
 _DONE_RTOL = 1e-9  # a flow within this fraction of its size of the end counts as finished
@@ -114,6 +128,11 @@ class FlowNetwork:
         Seeds the ECMP hash; the same seed gives the same routes and results.
     record : bool
         Keep a utilization timeline per link and a flow start/end log (``flow_log``).
+    link_efficiency : callable, optional
+        ``(u, v, edge_data) -> factor in (0, 1]``: the fraction of a link's bandwidth traffic
+        can use (default 1 everywhere). See :meth:`set_link_efficiency`.
+    routing : str
+        ``ecmp`` (seeded hash per flow key) or ``adaptive`` (least-loaded next link per flow).
 
     Attributes
     ----------
@@ -124,10 +143,16 @@ class FlowNetwork:
         of one call that share a path latency).
     """
 
-    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, seed: int = 0, record: bool = False):
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph, seed: int = 0, record: bool = False,
+                 link_efficiency: Callable[[str, str, dict], float] | None = None, routing: str = "ecmp"):
+        if routing not in ROUTINGS:
+            raise ValueError(f"FlowNetwork routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
         self.router = EcmpRouter(graph, seed)
         self.env, self.graph, self.seed, self.record = env, graph, seed, bool(record)
-        self._links, self._capacity = self.router.links, self.router.capacity
+        self.routing = routing
+        self._adaptive = routing == "adaptive"
+        self._links, self._capacity = self.router.links, self.router.capacity.copy()
+        self.link_efficiency: Callable[[str, str, dict], float] | None = None
         self._plans: dict[tuple, list[tuple[float, np.ndarray, np.ndarray, int]]] = {}
         num_links = len(self._links)
         self._batches: list[_Batch] = []  # the batches of the current rate solution
@@ -144,6 +169,30 @@ class FlowNetwork:
         self._timer_version, self._timer_at = 0, None
         self.events_processed = 0
         self.flow_log: list[tuple[float, str, Hashable | None, int]] = []
+        self._flows_on = np.zeros(num_links)  # unfinished flows per link (adaptive routing's load)
+        if link_efficiency is not None:
+            self.set_link_efficiency(link_efficiency)
+
+    def set_link_efficiency(self, link_efficiency: Callable[[str, str, dict], float]) -> None:
+        """Derate every link: capacity = ``bandwidth_bytes_per_s x link_efficiency(u, v, data)``.
+
+        Only while no flow is in flight; ``ValueError`` for a factor outside (0, 1].
+        """
+        if self._batches or self._arrived or self._arrivals:
+            raise RuntimeError("FlowNetwork.set_link_efficiency: flows are in flight")
+        factors = np.array([link_efficiency(u, v, self.graph.edges[u, v]) for u, v in self._links], dtype=float)
+        bad = np.flatnonzero(~((factors > 0) & (factors <= 1)))
+        if bad.size:
+            u, v = self._links[int(bad[0])]
+            raise ValueError(f"FlowNetwork: link ({u!r}, {v!r}) efficiency must be in (0, 1], "
+                             f"got {factors[bad[0]]!r}")
+        self._capacity = self.router.capacity * factors
+        self.link_efficiency = link_efficiency
+
+    @property
+    def capacity(self) -> dict[tuple[str, str], float]:
+        """Usable bytes/s of every directed link (bandwidth x efficiency)."""
+        return dict(zip(self._links, self._capacity.tolist(), strict=True))
 
     # ----------------------------------------------------------------- routing
     def path(self, src: str, dst: str, flow_key: int = 0) -> list[tuple[str, str]]:
@@ -172,7 +221,8 @@ class FlowNetwork:
             self.router.check_node(src)
             self.router.check_node(dst)
             return done.succeed(self.env.now)
-        links, latency = self.router.route(src, dst, flow_key)
+        links, latency = self.router.route(src, dst, flow_key,
+                                           self._link_load() if self._adaptive else None)
         member = np.zeros(len(links), dtype=np.intp)
         batch = _Batch(links, member, 1, size_bytes, rate_cap_bytes_per_s, _Transfer(done, 1), tag)
         self._launch(batch, latency)
@@ -188,36 +238,75 @@ class FlowNetwork:
         one array batch (module docstring).
         """
         _check_transfer(size_bytes, rate_cap_bytes_per_s)
+        pairs = tuple(map(tuple, pairs))
+        plan = None if self._adaptive else self._plans.get((pairs, flow_key))
+        if plan is None:  # a pair is a chain of one leg
+            plan = self._plan(tuple((p,) for p in pairs), (flow_key,) * len(pairs), (pairs, flow_key))
+        return self._start(plan, size_bytes, rate_cap_bytes_per_s, tag)
+
+    def transfer_chains(self, chains: Sequence[Sequence[tuple[str, str]]], size_bytes: float,
+                        rate_cap_bytes_per_s: float = math.inf, tag: Hashable | None = None,
+                        flow_keys: Sequence[int] | None = None) -> simpy.Event:
+        """One flow of ``size_bytes`` per chain, each crossing every link of its legs' routes.
+
+        A chain is a sequence of ``(src, dst)`` legs moved at one common rate (a pipelined ring or
+        tree channel); its latency is its longest leg's. ``flow_keys`` (default 0) seeds each
+        chain's ECMP hash, one per chain. The event fires (value: completion time, s) when every
+        chain has finished; a chain whose legs all have ``src == dst`` costs nothing.
+        """
+        _check_transfer(size_bytes, rate_cap_bytes_per_s)
+        chains = tuple(tuple(map(tuple, c)) for c in chains)
+        keys = (0,) * len(chains) if flow_keys is None else tuple(int(k) for k in flow_keys)
+        if len(keys) != len(chains):
+            raise ValueError(f"transfer_chains: {len(keys)} flow_keys for {len(chains)} chains")
+        plan = None if self._adaptive else self._plans.get((chains, keys))
+        if plan is None:
+            plan = self._plan(chains, keys, (chains, keys))
+        return self._start(plan, size_bytes, rate_cap_bytes_per_s, tag)
+
+    def _start(self, plan, size_bytes: float, cap: float, tag: Hashable | None) -> simpy.Event:
         done = self.env.event()
-        plan = self._plan(pairs, flow_key)
         if size_bytes == 0 or not plan:
             return done.succeed(self.env.now)
         owner = _Transfer(done, len(plan))
         for latency, links, member, k in plan:
-            self._launch(_Batch(links, member, k, size_bytes, rate_cap_bytes_per_s, owner, tag), latency)
+            self._launch(_Batch(links, member, k, size_bytes, cap, owner, tag), latency)
         return done
 
-    def _plan(self, pairs: Sequence[tuple[str, str]],
-              flow_key: int) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
-        """Routes of a pair list bucketed by path latency, as batch arrays (cached)."""
-        key = (tuple(map(tuple, pairs)), flow_key)
-        plan = self._plans.get(key)
-        if plan is None:
-            buckets: dict[float, list[np.ndarray]] = {}
-            for src, dst in key[0]:
+    def _plan(self, chains: tuple, keys: tuple, cache_key: tuple) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
+        """Routes of chains bucketed by latency, as batch arrays (cached unless routing adapts)."""
+        adaptive = self._adaptive
+        buckets: dict[float, list[np.ndarray]] = {}
+        for chain, key in zip(chains, keys, strict=True):
+            routes, latency = [], 0.0
+            for src, dst in chain:
                 if src == dst:
                     self.router.check_node(src)
                     continue
-                links, latency = self.router.route(src, dst, flow_key)
-                buckets.setdefault(latency, []).append(links)
-            plan = []
-            for latency, routes in buckets.items():
-                member = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
-                plan.append((latency, np.concatenate(routes), member, len(routes)))
-            self._plans[key] = plan
+                links, lat = self.router.route(src, dst, key, self._link_load() if adaptive else None)
+                if adaptive:  # the next flows of this call see this one's load
+                    np.add.at(self._flows_on, links, 1.0)
+                routes.append(links)
+                latency = max(latency, lat)
+            if routes:
+                buckets.setdefault(latency, []).append(np.concatenate(routes))
+        plan = []
+        for latency, routes in buckets.items():
+            member = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
+            plan.append((latency, np.concatenate(routes), member, len(routes)))
+            if adaptive:  # _launch counts them again
+                np.add.at(self._flows_on, plan[-1][1], -1.0)
+        if not adaptive:
+            self._plans[cache_key] = plan
         return plan
 
+    def _link_load(self) -> np.ndarray:
+        """Unfinished flows per byte/s of capacity, per link (what adaptive routing minimizes)."""
+        return self._flows_on / self._capacity
+
     def _launch(self, batch: _Batch, latency: float) -> None:
+        if self._adaptive:
+            np.add.at(self._flows_on, batch.links, 1.0)
         if latency <= 0:
             self._activate([batch])
             return
@@ -305,7 +394,10 @@ class FlowNetwork:
         survivors = []
         hit = set(np.unique(which).tolist())
         for j, b in enumerate(self._batches):
-            if j in hit and b.drop(finished[self._bounds[j]:self._bounds[j + 1]]):
+            gone = finished[self._bounds[j]:self._bounds[j + 1]] if j in hit else None
+            if gone is not None and self._adaptive:
+                np.add.at(self._flows_on, b.links[gone[b.member]], -1.0)
+            if gone is not None and b.drop(gone):
                 self._finish_batch(b)
             else:
                 survivors.append(b)

@@ -3,7 +3,8 @@
 A route is a shortest path in hops that never transits a GPU (GPUs are endpoints only, see
 :mod:`topologies.graph`). Among equal-cost next hops, a CRC32 hash of (seed, src, dst,
 flow_key, hop) picks one at every hop, like switch ECMP: deterministic for a seed, spread
-over spines across flows.
+over spines across flows. Given a per-link ``load``, the least-loaded option is taken instead
+(adaptive routing; the hash breaks ties) and the route is not cached.
 
 Performance: shortest paths come from a bidirectional BFS whose levels (from each source,
 towards each destination) are cached and shared by every pair, so an all-to-all expands
@@ -82,10 +83,12 @@ class EcmpRouter:
         if node not in self._succ:
             raise ValueError(f"FlowNetwork: unknown node {node!r}")
 
-    def route(self, src: str, dst: str, flow_key: int = 0) -> tuple[np.ndarray, float]:
-        """(link ids, latency in s) of the ECMP route of one flow from ``src`` to ``dst != src``."""
+    def route(self, src: str, dst: str, flow_key: int = 0,
+              load: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+        """(link ids, latency in s) of the route of one flow from ``src`` to ``dst != src``: ECMP, or
+        least ``load[link]`` among equal-cost next links when ``load`` is given (adaptive)."""
         key = (src, dst, flow_key)
-        route = self._routes.get(key)
+        route = self._routes.get(key) if load is None else None
         if route is not None:
             return route
         best, bd, lead = self._shortest(src, dst)
@@ -102,6 +105,9 @@ class EcmpRouter:
                     options = [w for w in self._succ[u] if w in lead and fdist[w] == i]
                 if len(options) > 1:
                     digest = zlib.crc32(f"{self.seed}|{src}|{dst}|{flow_key}|{u}".encode())
+                    if load is not None:  # least loaded; the hash's pick first among equals
+                        options = options[digest % len(options):] + options[:digest % len(options)]
+                        digest = min(range(len(options)), key=lambda j: load[self._link_id[(u, options[j])]])
                     v = options[digest % len(options)]
                 else:
                     v = options[0]
@@ -109,7 +115,9 @@ class EcmpRouter:
             links.append(link)
             latency += self.latency[link]
             u = v
-        route = self._routes[key] = (np.array(links, dtype=np.intp), latency)
+        route = (np.array(links, dtype=np.intp), latency)
+        if load is None:
+            self._routes[key] = route
         return route
 
     def _shortest(self, src: str, dst: str) -> tuple[int, int, set[str]]:

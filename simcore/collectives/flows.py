@@ -1,28 +1,40 @@
 """Collectives executed as flows on a :class:`simcore.network.FlowNetwork` (the simulator's side).
 
-Each (algorithm, protocol) entry runs as phases. A phase waits its latency (a SimPy timeout) and then
-starts its flows together; every flow's rate cap is ``bytes / D`` where ``D`` is the phase's bandwidth
-time from the analytic model (:func:`simcore.collectives.formulas.entry_cost`). On an idle fabric all
-flows of a phase therefore end together after exactly ``D`` and the collective takes exactly
-:func:`~simcore.collectives.collective_time_s` of that entry (the network's own path latency is taken
-out of the timeout: NCCL's latency term already contains the wire). Under contention the flows share
-links max-min fairly and the collective slows down. One parameter set: the proxy's cost and the
-simulator's idle-fabric cost are the same formula.
+Each (algorithm, protocol) entry runs as phases. A phase waits its latency (a SimPy timeout, less the
+network's own path latency: NCCL's latency term already contains the wire), then starts its flows
+together. The physics lives on the links, not in per-flow handicaps:
 
-Traffic patterns (bytes per flow):
+* links are derated (:func:`~simcore.collectives.pipeline.nccl_link_efficiency`: NVLink and NIC
+  efficiencies, the proxy's own bandwidth fractions), so k identical link-bound collectives on one
+  bottleneck take k times one;
+* a flow carries its protocol's wire bytes (LL 2x, LL128 128/120: flags travel with the data);
+* a ring or tree runs as NCCL channels (``ring_channels``), each one pipelined flow over all its
+  edges (a chain), so its rate is that of its slowest link: one slow link slows the whole ring;
+* each channel is routed on its own ECMP hash (flow key = channel), each p2p flow on its pair's;
+* a flow's rate cap is what its (algorithm, protocol) reaches on an idle fabric (NCCL's busBw rules:
+  LL's per-GPU ceiling, NVLS's channel rule, the tree's factors); where that is the link itself the
+  cap never binds under contention;
+* the calibrated un-overlapped fill (ring fill steps, the NVLS fill) lasts ``fill_s / bandwidth_s``
+  of the time the phase's flows actually took: pipeline steps at the rate the ring got.
 
-* ring: n flows, one per ring edge, each ``nsteps x S/n`` (a ring's identical steps over the same
-  edges coalesce into one flow in a fluid model). Across NVLink domains, one ring (channel) per local
-  rank carries ``1/p`` of the data and crosses between domains rail-aligned (GPU ``j`` to GPU ``j`` of
-  the next domain), so each domain spreads its traffic over all its NICs, as NCCL's channels do.
-* tree: a chain inside each domain (S both ways per edge) and NCCL's double binary tree between domains
-  (each tree S/2, both ways, split over the p rails).
+On an idle fabric every phase therefore takes exactly its analytic bandwidth time and the collective
+:func:`~simcore.collectives.collective_time_s` of that entry (``tests/test_collectives.py``). One
+parameter set: the proxy's cost and the simulator's idle-fabric cost are the same formula.
+
+Traffic patterns (payload bytes):
+
+* ring: C channels, each a chain over the ring's n edges carrying ``nsteps x S/n / C``. Across
+  NVLink domains channel c runs on rail ``c mod p`` (enter domain k at rail r_k, leave at r_{k+1},
+  GPU j to GPU j of the next domain), so each domain spreads its traffic over all its NICs.
+* tree: C channels, channel c on tree ``c mod 2`` and rail ``(c // 2) mod p``: one chain through the
+  chain of every domain (both ways) and the tree's inter-domain edges on that rail (both ways),
+  ``S / C`` each (NCCL's double binary tree, :func:`double_binary_trees`).
 * nvls: every GPU to the NVSwitch and back (all-reduce S each way; all-gather S/n up and S(n-1)/n down;
   reduce-scatter the reverse); nvls_tree adds the double binary tree between domains.
 * hierarchical: its three phases (:func:`~simcore.collectives.formulas.hierarchical_phases`) in turn,
   the intra-domain rings of all domains at once, then one ring per rail across domains.
 * all-to-all: every pair at once (direct) or n-1 shifted steps (pairwise); a cross-domain pair goes
-  NVLink to the GPU on the destination's rail and then along that rail (NCCL's PXN).
+  NVLink to the GPU on the destination's rail and then along that rail (NCCL's PXN), as one chain.
 * send/recv: ``ranks[0]`` to ``ranks[-1]``, PXN-style when it crosses rails.
 """
 
@@ -37,10 +49,12 @@ import simpy
 from .constants import DEFAULT, Fabric, NcclConstants
 from .cost import candidates, make_shape
 from .formulas import PROTO_INDEX, EntryCost, Shape, entry_cost, hierarchical_phases, p2p_bandwidths
+from .pipeline import WIRE_FACTOR, kernel_channels, nccl_link_efficiency
 
-__all__ = ["run_collective", "simulate_collective", "resolve", "double_binary_trees"]
+__all__ = ["run_collective", "simulate_collective", "resolve", "double_binary_trees", "collective_channels"]
 
-Flow = tuple[str, str, float]  # (src, dst, bytes)
+Leg = tuple[str, str]
+Flow = tuple[tuple[Leg, ...], float, int]  # (legs moved at one rate, payload bytes, ECMP flow key)
 
 
 def _domains(graph, ranks: list[str]) -> list[list[str]]:
@@ -108,15 +122,13 @@ class _Plan:
                 return v
         raise ValueError(f"GPU {gpu!r} has no NVSwitch: NVLS needs one")
 
-    def ring_flows(self, per_edge: float) -> list[Flow]:
-        """Edges of the ring(s) of a ring collective, ``per_edge`` bytes in total per ring edge."""
-        if self.nodes == 1:
-            order = self.doms[0]
-            return [(order[i], order[(i + 1) % self.n], per_edge) for i in range(self.n)]
+    def ring_flows(self, per_edge: float, channels: int) -> list[Flow]:
+        """``channels`` pipelined ring channels, ``per_edge`` payload bytes per ring edge in all."""
         flows: list[Flow] = []
-        for c in range(self.p):
-            seq = self._channel(c)
-            flows += [(seq[i], seq[(i + 1) % self.n], per_edge / self.p) for i in range(self.n)]
+        for c in range(channels):
+            seq = self.doms[0] if self.nodes == 1 else self._channel(c % self.p)
+            legs = tuple((seq[i], seq[(i + 1) % self.n]) for i in range(self.n))
+            flows.append((legs, per_edge / channels, c))
         return flows
 
     def _channel(self, c: int) -> list[str]:
@@ -136,28 +148,41 @@ class _Plan:
             seq += [dom[enter]] + middle + [dom[leave]]
         return seq
 
-    def chain_flows(self, size: float) -> list[Flow]:
-        """Both directions of a chain through each domain, ``size`` bytes each."""
-        pairs = [(a, b) for dom in self.doms for a, b in zip(dom, dom[1:], strict=False)]
-        return [f for a, b in pairs for f in ((a, b, size), (b, a, size))]
+    def _chain_legs(self) -> tuple[Leg, ...]:
+        """Both directions of a chain through each domain."""
+        return tuple(leg for dom in self.doms for a, b in zip(dom, dom[1:], strict=False)
+                     for leg in ((a, b), (b, a)))
+
+    def tree_channel_flows(self, size: float, channels: int) -> list[Flow]:
+        """Channel c: the chains of all domains and tree ``c mod 2`` on rail ``(c // 2) mod p``, both
+        ways, as one pipelined flow of ``size / channels``."""
+        chain = self._chain_legs()
+        trees = double_binary_trees(self.nodes) if self.nodes > 1 else [[], []]
+        flows: list[Flow] = []
+        for c in range(channels):
+            j = (c // 2) % self.p
+            inter = tuple(leg for u, v in trees[c % 2]
+                          for leg in ((self.doms[v][j], self.doms[u][j]), (self.doms[u][j], self.doms[v][j])))
+            flows.append((chain + inter, size / channels, c))
+        return flows
 
     def tree_flows(self, size: float) -> list[Flow]:
         """Both directions of both inter-domain trees, each tree ``size / 2`` split over the p rails."""
         part = size / 2 / self.p
-        return [f for tree in double_binary_trees(self.nodes) for u, c in tree for j in range(self.p)
-                for f in ((self.doms[c][j], self.doms[u][j], part), (self.doms[u][j], self.doms[c][j], part))]
+        return [(((self.doms[a][j], self.doms[b][j]),), part, 0) for tree in double_binary_trees(self.nodes)
+                for u, c in tree for j in range(self.p) for a, b in ((c, u), (u, c))]
 
     def nvls_flows(self, up: float, down: float) -> list[Flow]:
         gpus = [(g, self.switch_of(g)) for dom in self.doms for g in dom]
-        return [f for g, sw in gpus for f in ((g, sw, up), (sw, g, down))]
+        return [f for g, sw in gpus for f in ((((g, sw),), up, 0), (((sw, g),), down, 0))]
 
-    def p2p(self, src: str, dst: str, size: float) -> list[Flow]:
-        """src -> dst; across domains via the GPU on dst's rail (PXN), then along the rail."""
+    def p2p(self, src: str, dst: str, size: float) -> Flow:
+        """src -> dst; across domains via the GPU on dst's rail (PXN), then along the rail, pipelined."""
         gs, gd = self.graph.nodes[src], self.graph.nodes[dst]
         if gs.get("domain", gs["node"]) == gd.get("domain", gd["node"]) or gs["local"] == gd["local"]:
-            return [(src, dst, size)]
+            return (((src, dst),), size, 0)
         relay = self._gpu_at(gs["node"], gd["local"])
-        return [(src, dst, size)] if relay is None else [(src, relay, size), (relay, dst, size)]
+        return (((src, dst),), size, 0) if relay is None else (((src, relay), (relay, dst)), size, 0)
 
     def _gpu_at(self, node: int, local: int) -> str | None:
         if self._by_pos is None:
@@ -170,36 +195,43 @@ class _Plan:
         return da.get("domain", da["node"]) == db.get("domain", db["node"])
 
 
+Phase = tuple[float, list[tuple[list[Flow], float]], float]  # (latency_s, [(flows, duration_s)], fill ratio)
+
+
+def _fill_ratio(cost: EntryCost) -> float:
+    bandwidth = float(cost.bandwidth_s)
+    return float(cost.fill_s) / bandwidth if bandwidth > 0 else 0.0
+
+
 def _phases(collective: str, algo: str, proto: str, plan: _Plan, shape: Shape, fabric: Fabric,
-            cost: EntryCost, c: NcclConstants) -> list[tuple[float, list[tuple[list[Flow], float]]]]:
-    """[(latency_s, [(flows, duration_s), ...]), ...] to run in order; flow sets of a phase start together."""
+            cost: EntryCost, c: NcclConstants) -> list[Phase]:
+    """Phases to run in order; the flow sets of a phase start together (module docstring)."""
     S, n = float(shape.size), plan.n
     latency = float(cost.latency_s + cost.extra_latency_s)
-    duration = float(cost.bandwidth_s + cost.fill_s)
-    ar = collective == "all_reduce"
+    duration, fill = float(cost.bandwidth_s), _fill_ratio(cost)
     if algo == "ring":
-        nsteps = 2 * (n - 1) if ar else n - 1
-        return [(latency, [(plan.ring_flows(nsteps * S / n), duration)])]
+        nsteps = 2 * (n - 1) if collective == "all_reduce" else n - 1
+        return [(latency, [(plan.ring_flows(nsteps * S / n, c.ring_channels), duration)], fill)]
     if algo == "tree":
-        return [(latency, [(plan.chain_flows(S) + plan.tree_flows(S), duration)])]
+        return [(latency, [(plan.tree_channel_flows(S, c.ring_channels), duration)], fill)]
     if algo in ("nvls", "nvls_tree"):
         up, down = {"all_reduce": (S, S), "all_gather": (S / n, S * (n - 1) / n),
                     "reduce_scatter": (S * (n - 1) / n, S / n)}[collective]
         inter = plan.tree_flows(S) if algo == "nvls_tree" else []
-        return [(latency, [(plan.nvls_flows(up, down) + inter, duration)])]
+        return [(latency, [(plan.nvls_flows(up, down) + inter, duration)], fill)]
     if algo == "hierarchical":
         return _hierarchical(collective, proto, plan, shape, fabric, c)
     if algo == "direct" and collective == "all_to_all":
-        return [(latency, _all_to_all_direct(plan, S, proto, shape, fabric, c))]
+        return [(latency, _all_to_all_direct(plan, S, proto, shape, fabric, c), 0.0)]
     if algo == "pairwise":
         return _pairwise(plan, S, proto, cost, c)
-    flows = plan.p2p(plan.ranks[0], plan.ranks[-1], S)  # send_recv: first rank to last
-    return [(latency, [(flows, duration)])]
+    return [(latency, [([plan.p2p(plan.ranks[0], plan.ranks[-1], S)], duration)], 0.0)]  # send_recv
 
 
-def _hierarchical(collective: str, proto: str, plan: _Plan, shape: Shape, fabric: Fabric, c: NcclConstants):
+def _hierarchical(collective: str, proto: str, plan: _Plan, shape: Shape, fabric: Fabric,
+                  c: NcclConstants) -> list[Phase]:
     c0 = c.with_overrides(launch_overhead_s=0.0)
-    phases = []
+    phases: list[Phase] = []
     for sub, sub_shape in hierarchical_phases(collective, shape):
         k = int(sub_shape.n)
         if k <= 1:
@@ -211,9 +243,10 @@ def _hierarchical(collective: str, proto: str, plan: _Plan, shape: Shape, fabric
             rings = [[dom[j] for j in range(plan.p)] for dom in plan.doms]
         else:  # one ring per rail across the domains
             rings = [[dom[j] for dom in plan.doms] for j in range(plan.p)]
-        flows = [(r[m], r[(m + 1) % k], per_edge) for r in rings for m in range(k)]
+        flows = [(tuple((r[m], r[(m + 1) % k]) for m in range(k)), per_edge / c.ring_channels, ch)
+                 for r in rings for ch in range(c.ring_channels)]
         latency = float(cost.latency_s + cost.extra_latency_s) + (c.launch_overhead_s if not phases else 0.0)
-        phases.append((latency, [(flows, float(cost.bandwidth_s + cost.fill_s))]))
+        phases.append((latency, [(flows, float(cost.bandwidth_s))], _fill_ratio(cost)))
     return phases
 
 
@@ -221,8 +254,8 @@ def _all_to_all_direct(plan: _Plan, S: float, proto: str, shape: Shape, fabric: 
     f_nvl, f_nic = (float(x) for x in p2p_bandwidths(shape, fabric, PROTO_INDEX[proto], c))
     chunk = S / plan.n
     ranks = [g for dom in plan.doms for g in dom]
-    intra = [(a, b, chunk) for a in ranks for b in ranks if a != b and plan.same_domain(a, b)]
-    inter = [f for a in ranks for b in ranks if not plan.same_domain(a, b) for f in plan.p2p(a, b, chunk)]
+    intra = [(((a, b),), chunk, 0) for a in ranks for b in ranks if a != b and plan.same_domain(a, b)]
+    inter = [plan.p2p(a, b, chunk) for a in ranks for b in ranks if not plan.same_domain(a, b)]
     sets = []
     if intra:
         sets.append((intra, chunk * (plan.p - 1) / f_nvl))
@@ -231,7 +264,7 @@ def _all_to_all_direct(plan: _Plan, S: float, proto: str, shape: Shape, fabric: 
     return sets
 
 
-def _pairwise(plan: _Plan, S: float, proto: str, cost: EntryCost, c: NcclConstants):
+def _pairwise(plan: _Plan, S: float, proto: str, cost: EntryCost, c: NcclConstants) -> list[Phase]:
     """n-1 steps; step s sends rank i's chunk to rank i+s. Latency: base + launch once, a hop per step."""
     ranks = [g for dom in plan.doms for g in dom]
     n = plan.n
@@ -239,39 +272,46 @@ def _pairwise(plan: _Plan, S: float, proto: str, cost: EntryCost, c: NcclConstan
     hop = (float(cost.latency_s) - c.ring_base_latency_s[PROTO_INDEX[proto]]) / (n - 1)
     per_step = float(cost.bandwidth_s) / (n - 1)
     return [((base if s == 1 else 0.0) + hop,
-             [([f for i in range(n) for f in plan.p2p(ranks[i], ranks[(i + s) % n], S / n)], per_step)])
+             [([plan.p2p(ranks[i], ranks[(i + s) % n], S / n) for i in range(n)], per_step)], 0.0)
             for s in range(1, n)]
 
 
-Program = list[tuple[float, list[tuple[tuple[tuple[str, str], ...], float, float]]]]
+Group = tuple[tuple[tuple[Leg, ...], ...], tuple[int, ...], float, float]  # chains, keys, bytes, cap
+Program = list[tuple[float, list[Group], float, float]]
 
 
-def _compile(network, phases) -> Program:
-    """Phases as [(wait_s, [(pairs, bytes, rate_cap), ...])]: each wait is the phase latency minus the
-    network's longest path latency among its flows; equal-size flows of a set share one group."""
+def _compile(network, phases: list[Phase], proto: str) -> Program:
+    """Phases as [(wait_s, groups, fill ratio, path_s)]: each wait is the phase latency minus the network's
+    longest path latency ``path_s`` among its flows; equal-size flows of a set share one group; sizes and
+    caps are wire bytes (:data:`~simcore.collectives.pipeline.WIRE_FACTOR`)."""
+    wire = WIRE_FACTOR[proto]
     program: Program = []
-    for latency, sets in phases:
-        max_path = max((network.path_latency(a, b) for flows, _ in sets for a, b, _ in flows), default=0.0)
-        groups = []
+    for latency, sets, fill in phases:
+        max_path = max((network.path_latency(a, b, key) for flows, _ in sets for legs, _, key in flows
+                        for a, b in legs), default=0.0)
+        groups: list[Group] = []
         for flows, duration in sets:
-            by_size: dict[float, list[tuple[str, str]]] = defaultdict(list)
-            for a, b, size in flows:
-                by_size[size].append((a, b))
-            groups += [(tuple(pairs), size, size / duration) for size, pairs in by_size.items()
-                       if size > 0 and duration > 0]
-        program.append((max(latency - max_path, 0.0), groups))
+            by_size: dict[float, list[tuple[tuple[Leg, ...], int]]] = defaultdict(list)
+            for legs, size, key in flows:
+                by_size[size].append((legs, key))
+            groups += [(tuple(legs for legs, _ in chains), tuple(key for _, key in chains), size * wire,
+                        size * wire / duration) for size, chains in by_size.items() if size > 0 and duration > 0]
+        program.append((max(latency - max_path, 0.0), groups, fill, max_path))
     return program
 
 
 def _execute(env: simpy.Environment, network, program: Program, tag):
     """Run a compiled program; the process value is the elapsed time (s)."""
     start = env.now
-    for wait, groups in program:
+    for wait, groups, fill, path in program:
         if wait > 0:
             yield env.timeout(wait)
         if groups:
-            yield env.all_of([network.transfer_group(pairs, size, cap, tag=tag)
-                              for pairs, size, cap in groups])
+            t0 = env.now
+            yield env.all_of([network.transfer_chains(chains, size, cap, tag=tag, flow_keys=keys)
+                              for chains, keys, size, cap in groups])
+            if fill > 0:  # un-overlapped fill steps, at the rate the phase actually got
+                yield env.timeout(fill * max(env.now - t0 - path, 0.0))
     return env.now - start
 
 
@@ -292,33 +332,49 @@ def run_collective(env: simpy.Environment, network, collective: str, size_bytes:
     if key not in cache:
         cache[key] = _program(network, collective, float(size_bytes), list(ranks), algorithm, protocol,
                               constants, fabric)
-    program, tag = cache[key]
+    program, tag, _ = cache[key]
     return env.process(_execute(env, network, program, tag))
 
 
+def collective_channels(network, collective: str, size_bytes: float, ranks: list[str], algorithm: str = "auto",
+                        protocol: str = "auto", constants: NcclConstants = DEFAULT,
+                        fabric: Fabric | None = None) -> int:
+    """CTAs (SMs) per GPU the kernel of this collective holds while it runs (0 when it moves nothing):
+    :func:`~simcore.collectives.pipeline.kernel_channels` of the entry :func:`run_collective` runs."""
+    key = (collective, float(size_bytes), tuple(ranks), algorithm, protocol, constants, fabric)
+    cache = _PROGRAMS.setdefault(network, {})
+    if key not in cache:
+        cache[key] = _program(network, collective, float(size_bytes), list(ranks), algorithm, protocol,
+                              constants, fabric)
+    return cache[key][2]
+
+
 def _program(network, collective: str, size: float, ranks: list[str], algorithm: str, protocol: str,
-             constants: NcclConstants, fabric: Fabric | None) -> tuple[Program, tuple | None]:
+             constants: NcclConstants, fabric: Fabric | None) -> tuple[Program, tuple | None, int]:
     graph = network.graph
     fabric = Fabric.from_topology(graph) if fabric is None else fabric
     plan = _Plan(graph, _domains(graph, ranks), ranks)
     shape = make_shape(size, plan.n, plan.p, fabric)
     if plan.n <= 1 or size <= 0:
         candidates(collective, algorithm, protocol)  # still reject bad names
-        return [], None
+        return [], None, 0
     algo, proto, cost = resolve(collective, shape, fabric, algorithm, protocol, constants)
     phases = _phases(collective, algo, proto, plan, shape, fabric, cost, constants)
-    return _compile(network, phases), (collective, algo, proto)
+    return (_compile(network, phases, proto), (collective, algo, proto),
+            kernel_channels(algo, plan.p, constants))
 
 
 def simulate_collective(graph, collective: str, size_bytes: float, ranks: list[str], algorithm: str = "auto",
                         protocol: str = "auto", concurrent_groups: list[list[str]] | None = None,
-                        seed: int = 0, constants: NcclConstants = DEFAULT) -> float:
-    """Time (s) of one collective over ``ranks`` on a fresh idle network, with optional concurrent groups
-    running the same collective at the same time (the result is when the last group finishes)."""
+                        seed: int = 0, constants: NcclConstants = DEFAULT, routing: str = "ecmp") -> float:
+    """Time (s) of one collective over ``ranks`` on a fresh idle network (links derated by
+    :func:`~simcore.collectives.pipeline.nccl_link_efficiency`), with optional concurrent groups running
+    the same collective at the same time (the result is when the last group finishes)."""
     from simcore.network import FlowNetwork
 
     env = simpy.Environment()
-    network = FlowNetwork(env, graph, seed=seed)
+    efficiency = nccl_link_efficiency(graph, constants, Fabric.from_topology(graph))
+    network = FlowNetwork(env, graph, seed=seed, link_efficiency=efficiency, routing=routing)
     procs = [run_collective(env, network, collective, size_bytes, group, algorithm, protocol, constants)
              for group in [list(ranks)] + [list(g) for g in (concurrent_groups or [])]]
     env.run(until=env.all_of(procs))
