@@ -1,0 +1,27 @@
+"""Request-level serving simulation: continuous batching, paged KV cache, prefill/decode disaggregation.
+
+Entry point: :func:`simulate_serving` serves a stream of requests (:class:`ServingConfig`) with a
+:class:`ServingPlan` (one aggregated pool, or prefill and decode pools) and returns TTFT, TPOT,
+inter-token and end-to-end latency statistics, throughput and goodput (:class:`ServingMetrics`).
+
+- :mod:`.requests`: requests, length distributions, trace files
+- :mod:`.runtime`: vLLM / SGLang / TensorRT-LLM profiles (host cost per step, graphs, budgets)
+- :mod:`.step_cost`: one step's GPU time from the shared lowering (memoized, exact)
+- :mod:`.kvcache`: KV capacity from the memory model and block accounting
+- :mod:`.scheduler`: the three runtimes' scheduling policies
+- :mod:`.worker`: a worker's host loop and GPU pipeline on SimPy
+- :mod:`.simulate`: arrivals, routing, the KV hand-off of disaggregated plans
+- :mod:`.metrics`: latency and throughput statistics
+"""
+
+from .metrics import ServingMetrics
+from .plan import MODES, Pool, ServingPlan
+from .requests import LengthDist, Request, ServingInputError, read_trace
+from .runtime import RUNTIMES, RuntimeProfile, get_runtime
+from .simulate import ARRIVALS, ServingConfig, ServingResult, simulate_serving
+from .step_cost import GroupBatch, StepCost
+from .worker import PlanInfeasible
+
+__all__ = ["simulate_serving", "ServingConfig", "ServingResult", "ServingMetrics", "ServingPlan", "Pool",
+           "MODES", "ARRIVALS", "LengthDist", "Request", "ServingInputError", "read_trace", "RuntimeProfile",
+           "RUNTIMES", "get_runtime", "GroupBatch", "StepCost", "PlanInfeasible"]

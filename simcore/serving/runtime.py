@@ -1,0 +1,107 @@
+"""Serving-runtime profiles: what vLLM, SGLang and TensorRT-LLM add around the model's kernels.
+
+A profile holds few physical numbers, each with its source:
+
+- ``step_host_s``: host time of one scheduler step that no kernel covers (scheduling, input
+  preparation, sampling bookkeeping, detokenization). Fitted per runtime by
+  ``python -m validation.fit_serving`` on the fit half of ``validation/data/serving_h200_measured.csv``.
+- ``overlap_host``: whether that host time overlaps the previous step's GPU work. SGLang's overlap
+  scheduler (on by default since v0.4, "zero-overhead batch scheduler") and TensorRT-LLM's PyTorch
+  backend overlap scheduler (default on) do; vLLM v1 runs the step synchronously unless
+  ``--async-scheduling`` is given (off by default through v0.11).
+- ``graph_max_tokens``: batches up to this many tokens replay CUDA graphs (no per-kernel launch cost);
+  larger ones launch eagerly, each kernel costing ``launch_s`` of host time that the GPU waits on when
+  the kernels are shorter. vLLM v1 captures piecewise graphs up to 512 tokens
+  (``max_capture_size`` 512); SGLang ``cuda_graph_max_bs`` (up to 512 on H200-class GPUs, decode only);
+  TensorRT-LLM captures its configured batch sizes (decode only).
+- ``mixed_batches``: prefill chunks and decodes share a step (vLLM v1 chunked prefill, TensorRT-LLM
+  in-flight batching); SGLang's default runs prefill and decode in separate steps
+  (``--enable-mixed-chunk`` off), prefill first.
+- ``max_num_batched_tokens``: the token budget of one step (vLLM 8192 for the OpenAI server on
+  >= 70 GiB GPUs; SGLang ``chunked_prefill_size`` 8192 on H100/H200; TensorRT-LLM ``max_num_tokens``
+  8192 in its serving defaults).
+- ``kv_block_tokens``: KV-cache page size (vLLM 16, SGLang 1 (token-granular radix cache), TensorRT-LLM
+  32 (``tokens_per_block``)); ``mem_fraction``: share of HBM the runtime may fill with weights,
+  activations and KV cache (vLLM ``gpu_memory_utilization`` 0.9, SGLang ``mem_fraction_static``
+  ~0.88 on 141 GB GPUs, TensorRT-LLM ``free_gpu_memory_fraction`` 0.9 of what the weights leave).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .requests import ServingInputError
+
+__all__ = ["RuntimeProfile", "RUNTIMES", "get_runtime", "SCHEDULERS"]
+
+SCHEDULERS = ("vllm", "sglang", "trtllm")
+
+#: Host launch cost of one kernel outside a CUDA graph (cudaLaunchKernel plus framework dispatch).
+#: PyTorch eager dispatch + launch measures 5-10 us per op on H100 hosts (PyTorch "CUDA graphs"
+#: blog, 2021; vLLM's piecewise-graph design note); 6 us is the middle of the kernels' own fitted
+#: launch+ramp cost (``GpuSpec.kernel_overhead_s`` 5.6 us) rounded.
+EAGER_LAUNCH_S = 6.0e-6
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """One serving runtime; see the module docstring for the meaning and source of each field."""
+
+    name: str
+    scheduler: str
+    step_host_s: float
+    overlap_host: bool
+    graph_max_tokens: int
+    graph_decode_only: bool
+    mixed_batches: bool
+    max_num_batched_tokens: int
+    kv_block_tokens: int
+    mem_fraction: float
+    launch_s: float = EAGER_LAUNCH_S
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if self.step_host_s < 0 or self.launch_s < 0:
+            raise ServingInputError(f"runtime {self.name}: step_host_s and launch_s must be >= 0")
+        if not 0 < self.mem_fraction <= 1:
+            raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        for f in ("graph_max_tokens", "max_num_batched_tokens", "kv_block_tokens"):
+            if getattr(self, f) < (0 if f == "graph_max_tokens" else 1):
+                raise ServingInputError(f"runtime {self.name}: {f} must be positive, got {getattr(self, f)}")
+
+    def uses_graph(self, tokens: int, has_prefill: bool) -> bool:
+        """Whether a step of ``tokens`` tokens replays a CUDA graph."""
+        if has_prefill and self.graph_decode_only:
+            return False
+        return tokens <= self.graph_max_tokens
+
+    def with_overrides(self, **changes) -> RuntimeProfile:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ServingInputError(f"runtime: unknown field(s) {', '.join(sorted(unknown))}")
+        return dataclasses.replace(self, **changes)
+
+
+# step_host_s: fitted by `python -m validation.fit_serving` (fit half of the H200 serving sample);
+# the values below are that script's output, rounded.
+RUNTIMES: dict[str, RuntimeProfile] = {
+    "vllm": RuntimeProfile("vllm", "vllm", step_host_s=2.0e-3, overlap_host=False, graph_max_tokens=512,
+                           graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
+                           kv_block_tokens=16, mem_fraction=0.90),
+    "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
+                             graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
+                             kv_block_tokens=1, mem_fraction=0.88),
+    "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
+                             graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
+                             kv_block_tokens=32, mem_fraction=0.90),
+}
+
+
+def get_runtime(name: str) -> RuntimeProfile:
+    try:
+        return RUNTIMES[name]
+    except KeyError:
+        raise ServingInputError(f"serving.runtime: unknown runtime {name!r}; choose one of: "
+                                f"{', '.join(sorted(RUNTIMES))}") from None

@@ -1,0 +1,159 @@
+"""Scheduler policies: which tokens of which requests one attention group runs in the next step.
+
+Three policies, after the runtimes' own schedulers (each a method of :class:`GroupScheduler`):
+
+- ``vllm`` (vLLM v1 ``Scheduler.schedule``): one token budget (``max_num_batched_tokens``) per step;
+  running requests first, in order (a decode takes 1 token, a partly prefilled prompt its next
+  chunk), then waiting requests FCFS while budget, ``max_num_seqs`` and KV blocks last; prompts are
+  chunked to the budget left. When a running request needs a block and none is free, the most
+  recently admitted request is preempted and recomputed later.
+- ``sglang`` (SGLang ``Scheduler.get_next_batch_to_run``): prefill and decode run in separate steps;
+  a prefill step is formed whenever requests wait (the chunked request in progress first, then FCFS
+  up to ``chunked_prefill_size`` tokens, admitting only prompts whose KV fits), else every running
+  request decodes; on KV exhaustion during decode the newest requests are retracted (recomputed).
+- ``trtllm`` (TensorRT-LLM in-flight batching, ``GUARANTEED_NO_EVICT`` capacity scheduler): decodes
+  and context chunks share a step under ``max_num_tokens``; a request is admitted only when the KV of
+  its whole prompt and output is free, so nothing is ever evicted.
+
+A step's choice is a list of ``(request, new_tokens)``; the worker applies it when the step ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .kvcache import KvCache
+from .requests import Request
+from .runtime import SCHEDULERS
+
+__all__ = ["GroupScheduler"]
+
+
+class GroupScheduler:
+    """Waiting and running requests of one attention group, its KV cache and its policy."""
+
+    def __init__(self, policy: str, kv: KvCache, max_num_seqs: int, max_tokens: int):
+        if policy not in SCHEDULERS:
+            raise ValueError(f"serving.scheduler: {policy!r} is not one of {', '.join(SCHEDULERS)}")
+        self.policy, self.kv = policy, kv
+        self.max_num_seqs, self.max_tokens = max_num_seqs, max_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.preemptions = 0
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def finish(self, req: Request) -> None:
+        self.running.remove(req)
+        self.kv.release(req)
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def schedule(self, busy: set[int]) -> list[tuple[Request, int]]:
+        """The next step's work; requests whose ids are in ``busy`` (in flight in a pipeline) wait."""
+        return getattr(self, f"_{self.policy}")(busy)
+
+    # ------------------------------------------------------------------ helpers
+    def _preempt_newest(self, busy: set[int], keep: Request) -> Request | None:
+        """Preempt (recompute) the newest running request not in flight and not ``keep``."""
+        for victim in reversed(self.running):
+            if victim is not keep and victim.rid not in busy:
+                self.running.remove(victim)
+                self.kv.release(victim)
+                victim.reset_for_recompute()
+                self.waiting.appendleft(victim)
+                self.preemptions += 1
+                return victim
+        return None
+
+    def _grow_or_preempt(self, req: Request, tokens: int, busy: set[int], chosen: list) -> bool:
+        """Hold KV for ``tokens`` tokens of ``req``, preempting newer requests if needed."""
+        while not self.kv.grow(req, tokens):
+            victim = self._preempt_newest(busy, keep=req)
+            if victim is None:
+                return False
+            chosen[:] = [(r, n) for r, n in chosen if r is not victim]
+        return True
+
+    def _admit(self, budget: int, chosen: list, whole_request: bool, chunk: bool) -> int:
+        """FCFS admission from the waiting queue into ``chosen``; returns the budget left."""
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            n = req.remaining_prefill if req.in_prefill else 1  # a decode arriving with its KV (disaggregated)
+            if n > budget:
+                if not chunk or (chosen and self.policy == "sglang"):
+                    break
+                n = budget
+            reserve = req.prefill_target + (req.output_len - req.generated) if whole_request else req.kv_tokens + n
+            if self.kv.need(req, reserve) > self.kv.free_blocks:
+                break
+            self.kv.grow(req, reserve)
+            self.waiting.popleft()
+            self.running.append(req)
+            chosen.append((req, n))
+            budget -= n
+        return budget
+
+    # ------------------------------------------------------------------ policies
+    def _vllm(self, busy: set[int]) -> list[tuple[Request, int]]:
+        chosen: list[tuple[Request, int]] = []
+        budget = self.max_tokens
+        for req in list(self.running):
+            if budget <= 0:
+                break
+            if req.rid in busy or req not in self.running:
+                continue
+            n = min(req.remaining_prefill, budget) if req.in_prefill else 1
+            if not self._grow_or_preempt(req, req.kv_tokens + n, busy, chosen):
+                self._preempt_self(req)
+                continue
+            chosen.append((req, n))
+            budget -= n
+        self._admit(budget, chosen, whole_request=False, chunk=True)
+        return chosen
+
+    def _sglang(self, busy: set[int]) -> list[tuple[Request, int]]:
+        chosen: list[tuple[Request, int]] = []
+        budget = self.max_tokens
+        partial = [r for r in self.running if r.in_prefill and r.rid not in busy]
+        for req in partial:  # the chunked request in progress comes first
+            n = min(req.remaining_prefill, budget)
+            if n > 0 and self.kv.grow(req, req.kv_tokens + n):
+                chosen.append((req, n))
+                budget -= n
+        if not any(r.in_prefill for r in self.running if r.rid in busy):
+            self._admit(budget, chosen, whole_request=False, chunk=True)
+        if chosen:
+            return chosen
+        for req in list(self.running):
+            if req.rid in busy or req not in self.running or req.in_prefill:
+                continue
+            if not self._grow_or_preempt(req, req.kv_tokens + 1, busy, chosen):
+                self._preempt_self(req)
+                continue
+            chosen.append((req, 1))
+        return chosen
+
+    def _trtllm(self, busy: set[int]) -> list[tuple[Request, int]]:
+        chosen: list[tuple[Request, int]] = []
+        budget = self.max_tokens
+        for req in self.running:  # KV was reserved at admission: nothing to grow, nothing to evict
+            if req.rid in busy or budget <= 0:
+                continue
+            n = min(req.remaining_prefill, budget) if req.in_prefill else 1
+            chosen.append((req, n))
+            budget -= n
+        self._admit(budget, chosen, whole_request=True, chunk=True)
+        return chosen
+
+    def _preempt_self(self, req: Request) -> None:
+        """``req`` cannot grow even alone: give its blocks back and requeue it."""
+        if req in self.running:
+            self.running.remove(req)
+            self.kv.release(req)
+            req.reset_for_recompute()
+            self.waiting.appendleft(req)
+            self.preemptions += 1

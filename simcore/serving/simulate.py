@@ -1,0 +1,221 @@
+"""``simulate_serving``: requests arriving at a serving plan, step by step, on SimPy.
+
+Arrivals (:class:`ServingConfig`): ``closed`` (``concurrency`` clients, each sending its next request
+the moment one completes, as ``vllm bench serve --max-concurrency``, SGLang's ``bench_serving`` and
+genai-perf do), ``poisson`` at ``rate`` requests/s, or a ``trace`` CSV (``arrival_s,input_len,output_len``).
+A router sends each request to the worker with the fewest outstanding requests.
+
+Disaggregated plans: a prefill worker computes the prompt and emits the first token, then the prompt's
+KV cache moves to the least-loaded decode worker. With a topology graph the move is network flows
+(each prefill GPU sends its shard to a decode GPU, contending with every other transfer on the same
+links; prefill workers are placed on the first GPUs, decode workers after them); without one it takes
+the idle-fabric time of the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from ..lowering import CostContext
+from .kvcache import kv_capacity_tokens
+from .metrics import ServingMetrics, summarize
+from .plan import ServingPlan
+from .requests import LengthDist, Request, ServingInputError, read_trace
+from .runtime import RuntimeProfile, get_runtime
+from .step_cost import StepCost
+from .worker import PlanInfeasible, Worker
+
+__all__ = ["ServingConfig", "ServingResult", "simulate_serving", "ARRIVALS"]
+
+ARRIVALS = ("closed", "poisson", "trace")
+
+
+@dataclass
+class ServingConfig:
+    """What arrives and what serves it; SLOs in seconds (``None``: no target)."""
+
+    arrival: str = "closed"
+    concurrency: int = 64
+    rate: float = 0.0
+    trace: str | None = None
+    num_requests: int = 1000
+    input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=1024, name="serving.input_len"))
+    output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=1024, name="serving.output_len"))
+    runtime: str = "vllm"
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.arrival not in ARRIVALS:
+            raise ServingInputError(f"serving.arrival: {self.arrival!r} is not one of {', '.join(ARRIVALS)}")
+        if self.arrival == "closed" and (isinstance(self.concurrency, bool) or self.concurrency < 1):
+            raise ServingInputError(f"serving.concurrency must be a positive integer, got {self.concurrency!r}")
+        if self.arrival == "poisson" and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ServingInputError(f"serving.rate must be positive for poisson arrivals, got {self.rate!r}")
+        if self.arrival == "trace" and not self.trace:
+            raise ServingInputError("serving.trace: a trace CSV path is required for trace arrivals")
+        if self.num_requests < 1:
+            raise ServingInputError(f"serving.num_requests must be positive, got {self.num_requests!r}")
+        for name in ("ttft_slo_s", "tpot_slo_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ServingInputError(f"serving.{name} must be positive, got {v!r}")
+        get_runtime(self.runtime) if isinstance(self.runtime, str) else None
+
+
+@dataclass
+class ServingResult:
+    plan: ServingPlan
+    metrics: ServingMetrics | None
+    feasible: bool
+    reason: str = ""
+    steps: int = 0
+    lowerings: int = 0
+    kv_tokens_per_group: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {"plan": self.plan.to_dict(), "feasible": self.feasible, "reason": self.reason, "steps": self.steps,
+                "lowerings": self.lowerings, "kv_tokens_per_group": self.kv_tokens_per_group,
+                "wall_s": self.wall_s, "metrics": None if self.metrics is None else self.metrics.to_ms_dict()}
+
+
+def _requests(cfg: ServingConfig, rng: np.random.Generator) -> list[tuple[float, int, int]]:
+    """``(arrival_s, input_len, output_len)``; arrival is ignored for closed-loop clients."""
+    if cfg.arrival == "trace":
+        return read_trace(cfg.trace)[: cfg.num_requests]
+    n = cfg.num_requests
+    isl, osl = cfg.input_len.draw(rng, n), cfg.output_len.draw(rng, n)
+    arrivals = np.cumsum(rng.exponential(1.0 / cfg.rate, n)) if cfg.arrival == "poisson" else np.zeros(n)
+    return [(float(a), int(i), int(o)) for a, i, o in zip(arrivals, isl, osl, strict=True)]
+
+
+class _Cluster:
+    """The plan's workers, the router between them and the KV hand-off of disaggregated plans."""
+
+    def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish,
+                 fast: bool = True):
+        self.env, self.ctx, self.graph = env, ctx, graph
+        self.pools: dict[str, list[Worker]] = {}
+        self.kv_tokens: dict[str, int] = {}
+        self.costs: list[StepCost] = []
+        gpu0 = 0
+        self.gpu_offsets: dict[int, int] = {}
+        for role, pool in plan.pools:
+            cost = StepCost(ctx, pool.strategy)
+            self.costs.append(cost)
+            kv = kv_capacity_tokens(ctx, pool.strategy, runtime)
+            self.kv_tokens[role] = kv
+            if kv <= 0:
+                raise PlanInfeasible(f"hbm_capacity: the {role} pool's weights leave no room for a KV cache")
+            workers = []
+            for _w in range(pool.workers):
+                worker = Worker(env, len(self.gpu_offsets), cost, runtime, kv, pool.max_num_seqs, on_finish,
+                                role=role, on_prefilled=self._handoff, fast=fast)
+                self.gpu_offsets[worker.wid] = gpu0
+                gpu0 += pool.gpus_per_worker
+                workers.append(worker)
+            self.pools[role] = workers
+        self.gpus_per_worker = {role: pool.gpus_per_worker for role, pool in plan.pools}
+        self.network = None
+        if graph is not None and plan.mode == "disagg":
+            from topologies import gpu_nodes
+
+            from ..network import FlowNetwork
+
+            self.gpu_names = gpu_nodes(graph)
+            if gpu0 > len(self.gpu_names):
+                raise PlanInfeasible(f"device_count: the plan needs {gpu0} GPUs, the cluster has {len(self.gpu_names)}")
+            self.network = FlowNetwork(env, graph)
+        m = ctx.model
+        self.kv_bytes_per_token = m.kv_cache_elements_per_token() * ctx.workload.kv_bytes
+
+    def route(self, req: Request) -> None:
+        entry = self.pools.get("both") or self.pools["prefill"]
+        min(entry, key=lambda w: w.load).submit(req)
+
+    def _handoff(self, req: Request, src: Worker) -> None:
+        dst = min(self.pools["decode"], key=lambda w: w.load)
+        self.env.process(self._transfer(req, src, dst))
+
+    def _transfer(self, req: Request, src: Worker, dst: Worker):
+        nbytes = req.kv_tokens * self.kv_bytes_per_token
+        n_src, n_dst = self.gpus_per_worker["prefill"], self.gpus_per_worker["decode"]
+        if self.network is not None:
+            a, b = self.gpu_offsets[src.wid], self.gpu_offsets[dst.wid]
+            pairs = [(self.gpu_names[a + i], self.gpu_names[b + i % n_dst]) for i in range(n_src)]
+            yield self.network.transfer_group(pairs, nbytes / n_src, tag=("kv", req.rid))
+        else:  # idle fabric: each source GPU sends its shard over its NIC
+            fabric_bw = self.ctx.cluster.gpu.nic_bandwidth_bytes_per_s
+            yield self.env.timeout(nbytes / n_src / fabric_bw)
+        req.handoff_s = self.env.now
+        dst.submit(req)
+
+
+def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, graph=None,
+                     runtime: RuntimeProfile | None = None, fast: bool = True) -> ServingResult:
+    """Serve ``cfg.num_requests`` requests with ``plan``; ``graph`` (a topology) makes KV hand-offs flows.
+
+    ``fast=False`` takes every step as its own process through the pipeline stages (the reference the
+    single-stage fast path is tested against)."""
+    import time
+
+    start = time.perf_counter()
+    runtime = runtime or get_runtime(cfg.runtime)
+    rng = np.random.default_rng(cfg.seed)
+    specs = _requests(cfg, rng)
+    env = simpy.Environment()
+    done: list[Request] = []
+    reqs = [Request(i, a, isl, osl) for i, (a, isl, osl) in enumerate(specs)]
+    pending = iter(reqs)
+    all_done = env.event()
+
+    def on_finish(req: Request) -> None:
+        done.append(req)
+        if len(done) == len(reqs):
+            all_done.succeed()
+        elif cfg.arrival == "closed":
+            _send(next(pending, None), req.client)
+
+    try:
+        cluster = _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
+    except PlanInfeasible as exc:
+        return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
+
+    def _send(req: Request | None, client: int) -> None:
+        if req is None:
+            return
+        req.arrival_s, req.client = env.now, client
+        cluster.route(req)
+
+    def open_loop():
+        for req in reqs:
+            if req.arrival_s > env.now:
+                yield env.timeout(req.arrival_s - env.now)
+            cluster.route(req)
+
+    try:
+        if cfg.arrival == "closed":
+            for client in range(min(cfg.concurrency, len(reqs))):
+                _send(next(pending), client)
+        else:
+            env.process(open_loop())
+        env.run(until=all_done)
+    except RuntimeError as exc:  # SimPy: no events left before every request finished
+        if "until" not in str(exc):
+            raise
+        return ServingResult(plan, None, False, "stalled: requests wait that no step can admit",
+                             wall_s=time.perf_counter() - start)
+    except PlanInfeasible as exc:
+        return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
+    workers = [w for ws in cluster.pools.values() for w in ws]
+    preempt = sum(g.preemptions for w in workers for g in w.groups)
+    metrics = summarize(done, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
+    return ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
+                         lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
+                         wall_s=time.perf_counter() - start)

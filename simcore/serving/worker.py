@@ -1,0 +1,239 @@
+"""One serving worker as SimPy processes: the host that forms steps, and the GPU pipeline that runs them.
+
+A worker is one model replica on ``tp * ep * pp`` GPUs. Its ``ep`` attention groups each keep their
+own scheduler and KV cache (:class:`~simcore.serving.scheduler.GroupScheduler`) and step together.
+A step is formed on the host, then runs through the ``pp`` pipeline stages (each a SimPy resource, so
+up to ``pp`` steps are in flight, as vLLM's virtual engines and SGLang's PP micro-batches are); its
+tokens are emitted when it leaves the last stage.
+
+Host time per step (``RuntimeProfile.step_host_s``) either runs before the step it prepares
+(synchronous runtimes) or overlaps the previous step's GPU work (SGLang and TensorRT-LLM's overlap
+schedulers): consecutive steps then start at least ``step_host_s`` apart. Outside CUDA graphs a
+stage takes at least its kernel launches times ``launch_s``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import simpy
+
+from .kvcache import KvCache
+from .requests import Request
+from .runtime import RuntimeProfile
+from .scheduler import GroupScheduler
+from .step_cost import GroupBatch, StepCost
+
+__all__ = ["Worker", "PlanInfeasible"]
+
+
+class PlanInfeasible(ValueError):
+    """The plan cannot serve the requests at all (e.g. one request's KV exceeds the cache)."""
+
+
+class Worker:
+    """``role``: ``both`` (aggregated), ``prefill`` (hands requests off after their first token) or
+    ``decode`` (receives requests whose prompt KV arrived)."""
+
+    def __init__(self, env: simpy.Environment, wid: int, cost: StepCost, runtime: RuntimeProfile,
+                 kv_tokens: int, max_num_seqs: int, on_finish: Callable[[Request], None],
+                 role: str = "both", on_prefilled: Callable[[Request, Worker], None] | None = None,
+                 fast: bool = True):
+        self.env, self.wid, self.cost, self.runtime, self.role = env, wid, cost, runtime, role
+        self.on_finish, self.on_prefilled = on_finish, on_prefilled
+        groups = cost.strategy.ep
+        seqs = max(max_num_seqs // groups, 1)
+        self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens), seqs,
+                                      runtime.max_num_batched_tokens) for _ in range(groups)]
+        self.stages = [simpy.Resource(env, capacity=1) for _ in range(cost.strategy.pp)]
+        self._rr = itertools.cycle(range(groups))
+        self._wake = env.event()
+        self._busy: set[int] = set()
+        self._host_free = 0.0
+        self.steps = 0
+        self.gpu_busy_s = 0.0
+        self.fast = fast
+        env.process(self._loop())
+
+    # ------------------------------------------------------------------ requests in
+    def submit(self, req: Request) -> None:
+        """A new request (or, on a decode worker, one whose KV arrived)."""
+        g = next(self._rr)
+        kv = self.groups[g].kv
+        if kv.blocks_for(req.input_len + req.output_len) > kv.total_blocks:
+            raise PlanInfeasible(f"kv_capacity: one request of {req.input_len}+{req.output_len} tokens needs "
+                                 f"more KV than an attention group holds ({kv.total_blocks * kv.block_tokens} tokens)")
+        req.group = g
+        if self.role == "decode":
+            req.kv_tokens = req.prefill_target  # the prompt's KV came from the prefill worker
+        self.groups[g].add(req)
+        self._poke()
+
+    @property
+    def load(self) -> int:
+        return sum(g.load for g in self.groups)
+
+    def _poke(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    # ------------------------------------------------------------------ the step loop
+    def _schedule(self) -> list[list[tuple[Request, int]]]:
+        return [g.schedule(self._busy) for g in self.groups]
+
+    def _loop(self):
+        if self.cost.strategy.pp == 1 and self.fast:
+            yield from self._loop_single_stage()
+        else:
+            yield from self._loop_pipeline()
+
+    def _host_start(self):
+        """Wait out the host time of the step about to start (see the module docstring)."""
+        host = self.runtime.step_host_s
+        if self.runtime.overlap_host:  # prepared while the previous step ran
+            start = max(self.env.now, self._host_free)
+            self._host_free = start + host
+            if start > self.env.now:
+                yield self.env.timeout(start - self.env.now)
+        elif host > 0:
+            yield self.env.timeout(host)
+
+    def _loop_pipeline(self):
+        """The reference loop: every step a process through the ``pp`` stage resources."""
+        while True:
+            picks = self._schedule()
+            if not any(picks):
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            yield from self._host_start()
+            for pick in picks:
+                self._busy.update(r.rid for r, _ in pick)
+            times = self._stage_times(picks)
+            self.steps += 1
+            entered = self.env.event()
+            self.env.process(self._run_step(picks, times, entered))
+            yield entered  # the next step forms once this one left the first stage
+
+    def _loop_single_stage(self):
+        """One stage: steps run back to back in this process. A run of pure-decode steps whose batch
+        cannot change (no arrival, no completion before its last step, KV for every step) is taken as
+        one timeout (:func:`decode_run`); an arrival during it cuts the run at the step in progress,
+        which is where step-by-step scheduling would first have seen it (test: fast == reference)."""
+        while True:
+            picks = self._schedule()
+            if not any(picks):
+                self._wake = self.env.event()
+                yield self._wake
+                continue
+            run = self._decode_run(picks)
+            if run <= 1:
+                yield from self._host_start()
+                t = sum(self._stage_times(picks))
+                self.steps += 1
+                yield self.env.timeout(t)
+                self.gpu_busy_s += t
+                self._apply(picks)
+                continue
+            yield from self._decode_steps(picks, run)
+
+    def _decode_run(self, picks) -> int:
+        """How many identical pure-decode steps may be taken at once (1: take one step normally)."""
+        reqs = [r for pick in picks for r, n in pick]
+        if any(r.in_prefill for r in reqs) or any(g.waiting and self._may_admit(g) for g in self.groups):
+            return 1
+        if any(len(pick) != len(g.running) for g, pick in zip(self.groups, picks, strict=True)):
+            return 1
+        run = min(r.output_len - r.generated for r in reqs)
+        if self.runtime.scheduler != "trtllm":  # KV grows a token a step (trtllm reserved it all)
+            for g, pick in zip(self.groups, picks, strict=True):
+                while run > 1 and sum(g.kv.need(r, r.kv_tokens + run) for r, _ in pick) > g.kv.free_blocks:
+                    run //= 2
+        return run
+
+    def _may_admit(self, g) -> bool:
+        """Whether a waiting request could join during a decode run (then runs are not taken)."""
+        return len(g.running) < g.max_num_seqs and g.kv.free_blocks > 0
+
+    def _decode_steps(self, picks, run: int):
+        contexts = [[r.kv_tokens + 1 for r, _ in pick] for pick in picks]
+        host, overlap = self.runtime.step_host_s, self.runtime.overlap_host
+        start = max(self.env.now, self._host_free) if overlap else self.env.now + host
+        starts, ends = [], []
+        for j in range(run):
+            batches = [GroupBatch([], [c + j for c in ctx], len(ctx)) for ctx in contexts]
+            t = sum(self._floored(*self.cost.stage_times(batches), has_prefill=False))
+            starts.append(start)
+            ends.append(start + t)
+            start = max(start + t, start + host) if overlap else start + t + host
+        self._wake = self.env.event()
+        yield self.env.timeout(ends[-1] - self.env.now) | self._wake
+        done = run
+        if self.env.now < ends[-1]:  # cut short by an arrival: finish the step in progress
+            done = next(j for j, e in enumerate(ends) if e > self.env.now) + 1
+            yield self.env.timeout(ends[done - 1] - self.env.now)
+        if overlap:
+            self._host_free = starts[done - 1] + host
+        self.steps += done
+        self.gpu_busy_s += sum(e - s for s, e in zip(starts[:done], ends[:done], strict=True))
+        times = ends[:done]
+        for group, pick in zip(self.groups, picks, strict=True):
+            for req, _ in pick:
+                req.kv_tokens += done
+                req.generated += done
+                req.token_times.extend(times)
+                if req.done:
+                    req.finish_s = times[-1]
+                    group.finish(req)
+                    self.on_finish(req)
+        self._poke()
+
+    def _stage_times(self, picks) -> list[float]:
+        batches = []
+        for pick in picks:
+            chunks = [(n, r.kv_tokens) for r, n in pick if r.in_prefill]
+            decodes = [r.kv_tokens + 1 for r, n in pick if not r.in_prefill]
+            sampled = sum(1 for r, n in pick if r.kv_tokens + n >= r.prefill_target)
+            batches.append(GroupBatch(chunks, decodes, sampled))
+        return self._floored(*self.cost.stage_times(batches), has_prefill=any(b.chunks for b in batches))
+
+    def _floored(self, times: list[float], launches: int, tokens: int, has_prefill: bool) -> list[float]:
+        """Outside a CUDA graph the GPU waits for the host to launch each kernel."""
+        if not self.runtime.uses_graph(tokens, has_prefill) and launches:
+            floor = launches * self.runtime.launch_s
+            total = sum(times)
+            if 0 < total < floor:
+                return [t * floor / total for t in times]
+        return times
+
+    def _run_step(self, picks, times: list[float], entered: simpy.Event):
+        held = None
+        for i, t in enumerate(times):
+            request = self.stages[i].request()
+            yield request
+            if held is not None:
+                self.stages[i - 1].release(held)
+            held = request
+            yield self.env.timeout(t)
+            self.gpu_busy_s += t
+            if i == 0:  # left the first stage: the next step may enter it
+                entered.succeed()
+        self.stages[-1].release(held)
+        self._apply(picks)
+
+    def _apply(self, picks) -> None:
+        now = self.env.now
+        for group, pick in zip(self.groups, picks, strict=True):
+            for req, n in pick:
+                self._busy.discard(req.rid)
+                if req not in group.running:  # preempted while in flight: its work is void
+                    continue
+                sampled = req.advance(n, now)
+                if req.done:
+                    group.finish(req)
+                    self.on_finish(req)
+                elif sampled and self.role == "prefill":
+                    group.finish(req)  # KV leaves with the hand-off
+                    self.on_prefilled(req, self)
+        self._poke()

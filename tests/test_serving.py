@@ -1,0 +1,140 @@
+"""Serving simulation: the fast single-stage path equals the reference, hand-checkable steps, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from simcore.cluster import Cluster
+from simcore.lowering import CostContext, StrategyArrays, lower
+from simcore.models import get_model
+from simcore.serving import (
+    GroupBatch,
+    LengthDist,
+    Pool,
+    ServingConfig,
+    ServingInputError,
+    ServingPlan,
+    StepCost,
+    get_runtime,
+    read_trace,
+    simulate_serving,
+)
+from simcore.strategy import megatron_strategy
+from simcore.workload import Workload
+
+
+def _ctx(model="llama-3.1-8b", gpus=8, precision="fp8"):
+    return CostContext(get_model(model), Workload(precision=precision), Cluster.simple("h200", gpus))
+
+
+def _key(result):
+    m = result.metrics
+    return (result.steps, m.requests, m.ttft_s["mean"], m.tpot_s["mean"], m.itl_s["p99"], m.e2e_s["p90"])
+
+
+@pytest.mark.parametrize("runtime", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("arrival", ["closed", "poisson"])
+def test_fast_path_equals_reference(runtime, arrival):
+    ctx = _ctx()
+    plan = ServingPlan.aggregated(megatron_strategy(tp=2), workers=2, max_num_seqs=32)
+    cfg = ServingConfig(arrival=arrival, concurrency=24, rate=40.0, num_requests=60, runtime=runtime,
+                        input_len=LengthDist("uniform", mean=600, low=200, high=1200),
+                        output_len=LengthDist("uniform", mean=100, low=20, high=200), seed=3)
+    fast = simulate_serving(ctx, plan, cfg, fast=True)
+    slow = simulate_serving(ctx, plan, cfg, fast=False)
+    assert fast.feasible and slow.feasible
+    assert _key(fast) == pytest.approx(_key(slow), rel=1e-9)
+
+
+def test_step_cost_memo_equals_lowering():
+    """A decode-only step's non-attention time is the lowering's decode tasks minus attention and host."""
+    ctx = _ctx("llama-3.1-70b")
+    s = megatron_strategy(tp=4, batch=16)
+    cost = StepCost(ctx, s)
+    contexts = [1000 + 7 * i for i in range(16)]
+    times, _, tokens = cost.stage_times([GroupBatch([], contexts, 16)])
+    assert tokens == 16
+    w = Workload(precision="fp8", input_len=int(sum(contexts) / 16))
+    ref_ctx = CostContext(ctx.model, w, ctx.cluster)
+    blocks = lower(ref_ctx, StrategyArrays.from_strategies([s]), "decode", sum(contexts) / 16)
+    layers = ctx.model.num_layers
+    ref = sum(float(t.time_s[0]) * t.count for t in blocks["first"] + blocks["last"] if t.kind != "host")
+    ref += layers * sum(float(t.time_s[0]) * t.count for t in blocks["dense_layer"])
+    # the decode lowering prices attention at the mean context: the same bytes and FLOPs in one kernel
+    assert sum(times) == pytest.approx(ref, rel=1e-9)
+    # memoized: the same token count again runs no lowering
+    before = cost.lowerings
+    cost.stage_times([GroupBatch([], [c + 1 for c in contexts], 16)])
+    assert cost.lowerings == before
+
+
+def test_single_request_latency_is_hand_computable():
+    """One request alone: TTFT = host + prefill step; each further token one decode step + host."""
+    ctx = _ctx()
+    plan = ServingPlan.aggregated(megatron_strategy(tp=1), 1, 8)
+    rt = get_runtime("vllm")
+    cfg = ServingConfig(concurrency=1, num_requests=1, runtime="vllm", input_len=LengthDist(mean=512),
+                        output_len=LengthDist(mean=4))
+    r = simulate_serving(ctx, plan, cfg)
+    cost = StepCost(ctx, plan.pool.strategy)
+    prefill = sum(cost.stage_times([GroupBatch([(512, 0)], [], 1)])[0])
+    decodes = [sum(cost.stage_times([GroupBatch([], [513 + i], 1)])[0]) for i in range(3)]
+    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.step_host_s + prefill, rel=1e-9)
+    assert r.metrics.tpot_s["mean"] == pytest.approx(sum(decodes) / 3 + rt.step_host_s, rel=1e-9)
+
+
+def test_more_load_more_latency_and_throughput():
+    ctx = _ctx()
+    plan = ServingPlan.aggregated(megatron_strategy(tp=1), 1, 256)
+    lo, hi = (simulate_serving(ctx, plan, ServingConfig(concurrency=c, num_requests=4 * c,
+                                                          output_len=LengthDist(mean=128))) for c in (4, 64))
+    assert hi.metrics.tpot_s["mean"] > lo.metrics.tpot_s["mean"]
+    assert hi.metrics.output_tokens_per_s_per_gpu > 3 * lo.metrics.output_tokens_per_s_per_gpu
+
+
+def test_kv_exhaustion_preempts_and_still_finishes():
+    ctx = _ctx("llama-3.1-70b", precision="bf16")
+    rt = get_runtime("vllm").with_overrides(mem_fraction=0.72)  # 70B bf16 on 2 GPUs: a small KV cache
+    plan = ServingPlan.aggregated(megatron_strategy(tp=2), 1, 256)
+    cfg = ServingConfig(concurrency=128, num_requests=128, input_len=LengthDist(mean=2048),
+                        output_len=LengthDist(mean=512))
+    r = simulate_serving(ctx, plan, cfg, runtime=rt)
+    assert r.feasible and r.metrics.requests == 128
+    assert r.metrics.preemptions > 0
+
+
+def test_disaggregated_runs_and_moves_kv():
+    ctx = _ctx("llama-3.1-70b", gpus=16)
+    plan = ServingPlan.disaggregated(Pool(megatron_strategy(tp=4), 1, 64), Pool(megatron_strategy(tp=4), 2, 128))
+    cfg = ServingConfig(concurrency=32, num_requests=64, input_len=LengthDist(mean=2048),
+                        output_len=LengthDist(mean=64), runtime="sglang")
+    from topologies import build_topology
+
+    graph = build_topology("h200-ib-rail", num_nodes=2)
+    r = simulate_serving(ctx, plan, cfg, graph=graph)
+    assert r.feasible and r.metrics.requests == 64
+    assert plan.gpus == 12
+    assert not math.isnan(r.metrics.tpot_s["mean"])
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"concurrency": 0}, "serving.concurrency"),
+    ({"arrival": "burst"}, "serving.arrival"),
+    ({"runtime": "tgi"}, "serving.runtime"),
+    ({"arrival": "poisson", "rate": 0.0}, "serving.rate"),
+])
+def test_bad_config_names_the_field(kwargs, field):
+    with pytest.raises(ServingInputError, match=field):
+        ServingConfig(**kwargs)
+
+
+def test_bad_trace_names_the_column(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_s,input_len\n0,10\n")
+    with pytest.raises(ServingInputError, match="output_len"):
+        read_trace(p)
+    p.write_text("arrival_s,input_len,output_len\n0,-5,10\n")
+    with pytest.raises(ServingInputError, match="input_len"):
+        read_trace(p)
