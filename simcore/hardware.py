@@ -1,7 +1,8 @@
 """GPU hardware catalog: peak rates from the spec sheets plus a few calibrated efficiencies.
 
-Everything is SI: FLOP/s, bytes, bytes/s, seconds. Peak figures come from
-``shared/reference/specs_h100.md``; the achievable fractions (``gemm_efficiency``,
+Everything is SI: FLOP/s, bytes, bytes/s, seconds. Hopper peak figures come from
+``shared/reference/specs_h100.md``, Blackwell ones from the sources next to ``B200``/``GB200``; the
+achievable fractions (``gemm_efficiency``,
 ``hbm_efficiency``, ``kernel_overhead_s`` ...) are fitted on published kernel
 measurements by ``python -m validation.fit_kernels`` (see that script for the data and
 the fit) and copied here so the simulator needs no data at run time.
@@ -37,6 +38,7 @@ class GpuSpec:
     nic_bandwidth_bytes_per_s: float  # one scale-out NIC per GPU, per direction
     gpus_per_node: int = 8
     num_sms: int = 132
+    arch: str = "hopper"  # NCCL's tuning-table row: hopper (sm90) | blackwell (sm100)
     # Calibrated by `python -m validation.fit_kernels` on validation/data/kernels_h100.csv (439 rows:
     # XLA BF16 GEMMs, cuBLASLt/DeepGEMM/torch FP8 GEMMs, STREAM, FlashAttention/FlashMLA); rounded.
     gemm_tile: int = 64  # effective output-tile granularity of wave quantization (grid 64/128/256)
@@ -65,6 +67,8 @@ class GpuSpec:
             raise ValueError(f"GpuSpec {self.name}: hbm_efficiency must be in (0, 1]")
         if not self.iteration_overhead_s >= 0:
             raise ValueError(f"GpuSpec {self.name}: iteration_overhead_s must be >= 0")
+        if self.arch not in ("hopper", "blackwell"):
+            raise ValueError(f"GpuSpec {self.name}: arch must be hopper or blackwell, got {self.arch!r}")
 
     def __hash__(self) -> int:  # dict fields make the default hash fail; names are unique
         return hash(self.name)
@@ -105,7 +109,31 @@ H200 = dataclasses.replace(H100_SXM, name="h200", hbm_bytes=141 * _GB, hbm_bandw
 # to 400 GB/s bidirectional = 200 GB/s per direction (NVIDIA/nccl issue #1374; DeepEP README).
 H800 = dataclasses.replace(H100_SXM, name="h800", nvlink_bandwidth_bytes_per_s=200 * _GB, nvlink_links=8)
 
-GPUS: dict[str, GpuSpec] = {g.name: g for g in (H100_SXM, H200, H800)}
+# Blackwell. Dense tensor peaks (without 2:4 sparsity, half NVIDIA's headline figures) from the table of
+# stas00 ml-engineering compute/accelerator/README.md (B200 SXM 2250 BF16 / 4500 FP8 TFLOP/s, GB200 2500 /
+# 5000): https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md. NVLink5: 18 links
+# x 50 GB/s = 900e9 B/s per direction (1.8 TB/s bidirectional). 148 SMs (sm_100 device query of a B200). The
+# efficiencies (GEMM, HBM, attention, kernel and iteration overheads) are Hopper's fitted fractions: no
+# Blackwell measurement is in the fit set, so these are priors, not calibrations.
+#
+# B200 SXM6 as in HGX/DGX B200: 180 GB HBM3e (DGX B200: 1,440 GB for 8 GPUs) at 7.7 TB/s (NVIDIA lists
+# 64 TB/s per 8-GPU board; 7.7 TB/s per GPU as tabulated by Verda's per-GPU Blackwell table,
+# https://verda.com/blog/gb300-nvl72-architecture); one ConnectX-7 400 Gb/s NIC per GPU (DGX B200).
+B200 = dataclasses.replace(
+    H100_SXM, name="b200", peak_flops_per_s={"bf16": 2250e12, "fp8": 4500e12}, hbm_bytes=180 * _GB,
+    hbm_bandwidth_bytes_per_s=7.7e12, nvlink_bandwidth_bytes_per_s=900 * _GB, nvlink_links=18,
+    nic_bandwidth_bytes_per_s=400e9 / 8, num_sms=148, arch="blackwell", vector_flops_per_s=75e12)
+
+# GB200 (one Blackwell GPU of a GB200 NVL72 rack): NVIDIA's rack figures 13.4 TB HBM3e and 576 TB/s over
+# 72 GPUs give 186 GB at 8 TB/s per GPU (aiwiki.ai/wiki/nvidia_gb200_nvl72, quoting NVIDIA); 72 GPUs in one
+# NVLink5 domain of 130 TB/s (1.8 TB/s per GPU). Scale-out NIC: ConnectX-7 400 Gb/s per GPU (the GB300
+# generation moves to ConnectX-8 800 Gb/s: override nic_bandwidth_bytes_per_s for it). gpus_per_node = 72:
+# as in the gb200-nvl72 topology, a "node" is the whole rack, one NVLink domain (18 trays of 4 GPUs).
+GB200 = dataclasses.replace(
+    B200, name="gb200", peak_flops_per_s={"bf16": 2500e12, "fp8": 5000e12}, hbm_bytes=186 * _GB,
+    hbm_bandwidth_bytes_per_s=8.0e12, gpus_per_node=72)
+
+GPUS: dict[str, GpuSpec] = {g.name: g for g in (H100_SXM, H200, H800, B200, GB200)}
 
 
 def get_gpu(name: str) -> GpuSpec:

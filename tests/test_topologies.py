@@ -82,7 +82,7 @@ def test_counts_fattree_hgx_nvl72():
     one = nvl72()
     assert (one.graph["num_gpus"], one.graph["nvlink_domain_size"]) == (72, 72)
     assert len(kinds(one, "nvswitch")) == 1
-    assert "approximation" in one.graph
+    assert one.graph["gpu"] == "gb200" and "approximation" not in one.graph
     two = nvl72(2)
     assert (len(kinds(two, "gpu")), len(kinds(two, "nic")), len(kinds(two, "leaf"))) == (144, 144, 72)
     assert two["gpu80"]["nvswitch1"]["bandwidth_bytes_per_s"] == 900e9
@@ -91,6 +91,38 @@ def test_counts_fattree_hgx_nvl72():
 def test_gpu_rates_follow_the_catalog():
     assert build_topology("h800-ib-rail")["gpu3"]["nvswitch0"]["bandwidth_bytes_per_s"] == 200e9
     assert build_topology("h200-ib-rail").graph["gpu"] == "h200"
+    assert build_topology("b200-ib-rail")["gpu3"]["nvswitch0"]["bandwidth_bytes_per_s"] == 900e9
+
+
+@pytest.mark.parametrize(("name", "fabric", "layout"), [
+    ("h100-ib-rail", "ib", "rail"), ("h100-ib-fattree", "ib", "fattree"), ("h100-efa", "efa", "fattree"),
+    ("h200-efa", "efa", "fattree"), ("h100-roce", "roce", "rail"), ("gb200-nvl72", "ib", "none")])
+def test_presets_carry_their_fabric_into_the_cost_model(name, fabric, layout):
+    from simcore.cluster import Cluster
+
+    g = build_topology(name)
+    assert (g.graph["fabric"], g.graph["layout"]) == (fabric, layout)
+    assert Cluster.from_graph(g).fabric.scale_out == fabric
+    # all three fabrics are 400 Gb/s per GPU on these nodes: the links are the same, only the model differs
+    assert g["gpu0"]["nic0"]["bandwidth_bytes_per_s"] == 50e9 if name != "gb200-nvl72" else True
+
+
+def test_fabric_is_a_parameter_of_the_generic_presets_and_is_checked():
+    assert build_topology("h100-ib-rail", fabric="roce").graph["fabric"] == "roce"
+    with pytest.raises(ValueError, match="fabric: unknown fabric 'eth'; choose one of: ib, efa, roce"):
+        build_topology("h100-ib-fattree", fabric="eth")
+    with pytest.raises(ValueError, match="fixes fabric"):
+        build_topology("h100-efa", fabric="ib")
+
+
+def test_gb200_nvl72_runs_blackwell_compute_and_nvlink5():
+    from simcore.cluster import Cluster
+
+    cluster = Cluster.from_graph(build_topology("gb200-nvl72"))
+    assert cluster.gpu.name == "gb200" and cluster.gpu.arch == "blackwell"
+    assert cluster.gpu.peak_flops_per_s["fp8"] == 5000e12 and cluster.gpu.hbm_bytes == 186e9
+    assert (cluster.fabric.arch, cluster.fabric.nvlink_bandwidth_bytes_per_s) == ("blackwell", 900e9)
+    assert cluster.nvlink_domain_size == 72
 
 
 def test_rail_property():
@@ -232,7 +264,7 @@ def test_unknown_preset_lists_valid_names():
     (lambda: build_topology("hgx-h100", num_nodes=2), "num_nodes"),
     (lambda: build_topology("h100-ib-rail", gpu="h200"), "gpu"),
     (lambda: build_topology("h100-ib-rail", racks=2), "racks"),
-    (lambda: ib_rail(2, gpu="b200"), "b200"),
+    (lambda: ib_rail(2, gpu="b300"), "b300"),
 ])
 def test_bad_builder_arguments(call, word):
     with pytest.raises(ValueError) as err:

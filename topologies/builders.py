@@ -1,4 +1,4 @@
-"""Cluster topology builders: HGX H100 nodes, rail-optimized and plain InfiniBand fat trees.
+"""Cluster topology builders: HGX nodes, rail-optimized and plain fat trees, GB200 NVL72 racks.
 
 Model (flow level, every link both directions, rates per direction):
 
@@ -24,6 +24,12 @@ Latencies (per link, one direction; reasoned, the sources are secondary):
 
 A same-rail GPU -> GPU transfer across one leaf therefore pays 1.65 us, a cross-leaf one
 2.1 us, the order of NCCL's 2.7 us per network hop (LL protocol, software included).
+
+Scale-out network (graph attribute ``fabric``, one of ``simcore.collectives.FABRICS``): ``ib``
+InfiniBand NDR, ``efa`` AWS EFA (p5: 32 x 100 Gb/s per node, 4 per GPU), ``roce`` RoCE 400 GbE.
+All give 400 Gb/s per GPU, so the graph's links are the same; the collective cost model charges each
+its own calibrated NIC efficiency and per-hop latency (``NcclConstants.for_fabric``). The leaf/spine
+shape is graph attribute ``layout`` (``rail``, ``fattree``, ``none``, ``custom``).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import math
 
 import networkx as nx
 
+from simcore.collectives.constants import check_fabric
 from simcore.hardware import GpuSpec, get_gpu
 from topologies.graph import validate_topology
 
@@ -91,11 +98,15 @@ def _spines(graph: nx.DiGraph, leaves: list[tuple[str, float]], spines: int, ove
             _link(graph, leaf, f"spine{s}", per_spine, _LEAF_SPINE_LATENCY_S)
 
 
-def _graph(name: str, gpu: str, num_nodes: int, gpus_per_node: int, domain: int, fabric: str,
-           nvlink: float, nic: float) -> nx.DiGraph:
+def _graph(name: str, gpu: str, num_nodes: int, gpus_per_node: int, domain: int, layout: str,
+           nvlink: float, nic: float, fabric: str = "ib") -> nx.DiGraph:
+    try:
+        check_fabric(fabric)
+    except ValueError as exc:
+        raise ValueError(f"fabric: {exc}") from None
     return nx.DiGraph(name=name, gpu=gpu, num_nodes=num_nodes, gpus_per_node=gpus_per_node,
-                      num_gpus=num_nodes * gpus_per_node, nvlink_domain_size=domain, fabric=fabric,
-                      nvlink_bandwidth_bytes_per_s=nvlink, nic_bandwidth_bytes_per_s=nic)
+                      num_gpus=num_nodes * gpus_per_node, nvlink_domain_size=domain, layout=layout,
+                      fabric=fabric, nvlink_bandwidth_bytes_per_s=nvlink, nic_bandwidth_bytes_per_s=nic)
 
 
 def _check_fabric(oversubscription: float, spines: int | None, default_spines: int) -> int:
@@ -147,8 +158,8 @@ def _rail_fabric(g: nx.DiGraph, spec: GpuSpec, num_nodes: int, gpus_per_node: in
 
 
 def ib_rail(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 1.0, spines: int | None = None,
-            nodes_per_leaf: int | None = None) -> nx.DiGraph:
-    """HGX servers on a rail-optimized two-tier leaf/spine InfiniBand fabric.
+            nodes_per_leaf: int | None = None, fabric: str = "ib") -> nx.DiGraph:
+    """HGX servers on a rail-optimized two-tier leaf/spine fabric (InfiniBand unless ``fabric`` says).
 
     NIC ``i`` of every server goes to rail leaf ``i`` (``leaf{i}``); with ``nodes_per_leaf``
     set, servers form groups (scalable units) of that many, each with its own rail leaves
@@ -167,6 +178,8 @@ def ib_rail(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 1.0
         Spine switches; default one per rail (``gpus_per_node``).
     nodes_per_leaf : int, optional
         Servers per rail group; default all servers share one leaf per rail.
+    fabric : str
+        Scale-out network: ``ib``, ``efa`` or ``roce``.
 
     Examples
     --------
@@ -179,15 +192,15 @@ def ib_rail(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 1.0
     per = spec.gpus_per_node
     spines = _check_fabric(oversubscription, spines, per)
     nodes_per_leaf = num_nodes if nodes_per_leaf is None else _positive_int("nodes_per_leaf", nodes_per_leaf)
-    g = _graph(f"{_short(gpu)}-ib-rail", gpu, num_nodes, per, per, "rail",
-               spec.nvlink_bandwidth_bytes_per_s, spec.nic_bandwidth_bytes_per_s)
+    g = _graph(f"{_short(gpu)}-{fabric}-rail", gpu, num_nodes, per, per, "rail",
+               spec.nvlink_bandwidth_bytes_per_s, spec.nic_bandwidth_bytes_per_s, fabric)
     _servers(g, spec, num_nodes, per, 1, spec.nvlink_bandwidth_bytes_per_s, with_nics=True)
     _rail_fabric(g, spec, num_nodes, per, nodes_per_leaf, spines, oversubscription)
     return validate_topology(g)
 
 
 def ib_fattree(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 1.0, nodes_per_leaf: int = 4,
-               spines: int | None = None) -> nx.DiGraph:
+               spines: int | None = None, fabric: str = "ib") -> nx.DiGraph:
     """HGX servers on a plain (not rail-optimized) two-tier leaf/spine fat tree.
 
     All NICs of ``nodes_per_leaf`` consecutive servers go to the same leaf (default 4
@@ -206,6 +219,8 @@ def ib_fattree(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 
         Servers per leaf switch.
     spines : int, optional
         Spine switches; default ``min(8, number of leaves)``.
+    fabric : str
+        Scale-out network: ``ib``, ``efa`` or ``roce``.
 
     Examples
     --------
@@ -219,8 +234,8 @@ def ib_fattree(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 
     per = spec.gpus_per_node
     num_leaves = math.ceil(num_nodes / nodes_per_leaf)
     spines = _check_fabric(oversubscription, spines, min(8, num_leaves))
-    g = _graph(f"{_short(gpu)}-ib-fattree", gpu, num_nodes, per, per, "fattree",
-               spec.nvlink_bandwidth_bytes_per_s, spec.nic_bandwidth_bytes_per_s)
+    g = _graph(f"{_short(gpu)}-{fabric}-fattree", gpu, num_nodes, per, per, "fattree",
+               spec.nvlink_bandwidth_bytes_per_s, spec.nic_bandwidth_bytes_per_s, fabric)
     _servers(g, spec, num_nodes, per, 1, spec.nvlink_bandwidth_bytes_per_s, with_nics=True)
     leaves = []
     for j in range(num_leaves):
@@ -233,28 +248,26 @@ def ib_fattree(num_nodes: int, gpu: str = "h100-sxm", oversubscription: float = 
     return validate_topology(g)
 
 
-#: GB200 NVL72 approximation: NVLink5 is 1.8 TB/s bidirectional per GPU = 900e9 B/s per direction.
+#: GB200 NVL72: NVLink5 is 1.8 TB/s bidirectional per GPU = 900e9 B/s per direction (``get_gpu("gb200")``).
 NVL72_NVLINK_BANDWIDTH_BYTES_PER_S = 900e9
 
 
-def nvl72(num_nodes: int = 1, gpu: str = "h100-sxm", oversubscription: float = 1.0,
-          spines: int | None = None) -> nx.DiGraph:
-    """GB200 NVL72 racks, APPROXIMATED with catalog GPU rates.
+def nvl72(num_nodes: int = 1, gpu: str = "gb200", oversubscription: float = 1.0,
+          spines: int | None = None, fabric: str = "ib") -> nx.DiGraph:
+    """GB200 NVL72 racks: 72 Blackwell GPUs in one NVLink5 domain per rack.
 
-    GB200 is not in the hardware catalog: each GPU uses ``gpu``'s compute, memory and NIC
-    figures (``graph.graph["gpu"]`` stays that catalog name) but NVLink5 rates (900e9 B/s
-    per direction) over one 72-GPU NVLink domain per rack. Here a "node" is a whole rack
-    (``gpus_per_node = nvlink_domain_size = 72``); GPU nodes also carry ``tray`` (18
-    compute trays of 4 GPUs). With several racks, one NIC per GPU joins a rail fabric
-    (rail = GPU index inside the rack). ``graph.graph["approximation"]`` says all this.
+    Each GPU has ``gpu``'s compute, memory, NVLink and NIC rates (default ``gb200``: 900e9 B/s
+    NVLink5 per direction, one 400 Gb/s NIC). Here a "node" is a whole rack (``gpus_per_node =
+    nvlink_domain_size = 72``); GPU nodes also carry ``tray`` (18 compute trays of 4 GPUs). With
+    several racks, one NIC per GPU joins a rail fabric (rail = GPU index inside the rack).
 
     Parameters
     ----------
     num_nodes : int
         Racks (72 GPUs each).
     gpu : str
-        Catalog GPU whose non-NVLink rates stand in for GB200.
-    oversubscription, spines
+        Catalog GPU of the rack (``gb200``; another name prices that GPU in an NVL72 layout).
+    oversubscription, spines, fabric
         Of the scale-out rail fabric, as in :func:`ib_rail` (multi-rack only).
 
     Examples
@@ -268,10 +281,8 @@ def nvl72(num_nodes: int = 1, gpu: str = "h100-sxm", oversubscription: float = 1
     per = 72
     spines = _check_fabric(oversubscription, spines, 8)
     g = _graph("gb200-nvl72", gpu, num_nodes, per, per, "rail" if num_nodes > 1 else "none",
-               NVL72_NVLINK_BANDWIDTH_BYTES_PER_S, spec.nic_bandwidth_bytes_per_s)
-    g.graph["approximation"] = (f"GB200 NVL72 approximated: {gpu} compute/memory/NIC rates, NVLink5 "
-                                "900e9 B/s per direction, 72 GPUs per NVLink domain (one node = one rack)")
-    _servers(g, spec, num_nodes, per, 1, NVL72_NVLINK_BANDWIDTH_BYTES_PER_S, with_nics=num_nodes > 1)
+               spec.nvlink_bandwidth_bytes_per_s, spec.nic_bandwidth_bytes_per_s, fabric)
+    _servers(g, spec, num_nodes, per, 1, spec.nvlink_bandwidth_bytes_per_s, with_nics=num_nodes > 1)
     for rank in range(num_nodes * per):
         g.nodes[f"gpu{rank}"]["tray"] = (rank % per) // 4
     if num_nodes > 1:

@@ -7,6 +7,7 @@ Schema (see ``topologies/examples/small_cluster.yaml``)::
     num_nodes: 2               # servers
     gpus_per_node: 4           # GPUs gpu0..gpu{n-1} are implicit: node = rank // gpus_per_node
     nvlink_domain_size: 4      # optional, default gpus_per_node
+    fabric: ib                 # optional scale-out network: ib (default) | efa | roce
     description: free text     # optional
     nodes:                     # every non-GPU node: name, kind, optional scalar attributes
       - {name: nvswitch0, kind: nvswitch}
@@ -26,13 +27,14 @@ from typing import Any
 import networkx as nx
 import yaml
 
+from simcore.collectives.constants import FABRICS
 from simcore.hardware import get_gpu
 from topologies.graph import NODE_KINDS, gpu_nodes, validate_topology
 
 __all__ = ["load_topology_yaml", "topology_from_dict", "dump_topology_yaml"]
 
-_TOP_KEYS = {"name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size", "description", "nodes",
-             "links"}
+_TOP_KEYS = {"name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size", "fabric", "description",
+             "nodes", "links"}
 _LINK_KEYS = {"a", "b", "bandwidth_GBps", "bandwidth_bytes_per_s", "latency_us", "latency_s", "directed"}
 
 
@@ -68,8 +70,13 @@ def topology_from_dict(spec: dict[str, Any]) -> nx.DiGraph:
     if not all(isinstance(v, int) and v > 0 for v in (num_nodes, per_node)):
         raise ValueError(f"topology {name!r}: num_nodes and gpus_per_node must be positive integers")
     domain = spec.get("nvlink_domain_size", per_node)
+    fabric = str(spec.get("fabric", "ib"))
+    if fabric not in FABRICS:
+        raise ValueError(f"topology {name!r}: fabric: unknown fabric {fabric!r}; choose one of: "
+                         f"{', '.join(FABRICS)}")
     graph = nx.DiGraph(name=str(name), gpu=spec["gpu"], num_nodes=num_nodes, gpus_per_node=per_node,
-                       num_gpus=num_nodes * per_node, nvlink_domain_size=domain, fabric="custom")
+                       num_gpus=num_nodes * per_node, nvlink_domain_size=domain, layout="custom",
+                       fabric=fabric)
     for rank in range(num_nodes * per_node):
         graph.add_node(f"gpu{rank}", kind="gpu", node=rank // per_node, local=rank % per_node,
                        domain=rank // domain if isinstance(domain, int) and domain > 0 else 0)
@@ -149,6 +156,7 @@ def dump_topology_yaml(graph: nx.DiGraph, path: str | Path) -> None:
         links.append(entry)
     keys = ("name", "gpu", "num_nodes", "gpus_per_node", "nvlink_domain_size")
     spec = {key: graph.graph[key] for key in keys}
+    spec["fabric"] = graph.graph.get("fabric", "ib")
     spec.update(nodes=nodes, links=links)
     with open(path, "w", encoding="utf-8") as fh:
         yaml.safe_dump(spec, fh, sort_keys=False, default_flow_style=None, width=200)

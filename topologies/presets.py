@@ -14,14 +14,16 @@ __all__ = ["TOPOLOGY_NAMES", "build_topology"]
 #: Servers of a multi-node preset when ``num_nodes`` is not given (16 GPUs).
 DEFAULT_NUM_NODES = 2
 
-def _one_hgx_node(gpu: str, num_nodes: int = 1, oversubscription: float = 1.0) -> nx.DiGraph:
+def _one_hgx_node(gpu: str, num_nodes: int = 1, oversubscription: float = 1.0, fabric: str = "ib") -> nx.DiGraph:
     """:func:`hgx_h100` accepting the generic preset parameters (one node, no fabric)."""
     if num_nodes != 1:
         raise ValueError(f"num_nodes: the hgx presets are one node, got {num_nodes!r}; "
                          "use an ib preset for more")
     if not (isinstance(oversubscription, int | float) and oversubscription > 0):
         raise ValueError(f"oversubscription must be a positive number, got {oversubscription!r}")
-    return hgx_h100(gpu)
+    graph = hgx_h100(gpu)
+    graph.graph["fabric"] = fabric  # no scale-out links; recorded for symmetry with the other presets
+    return graph
 
 
 # name -> (builder, fixed keyword arguments, defaults the caller may override)
@@ -31,7 +33,14 @@ _PRESETS: dict[str, tuple[Callable[..., nx.DiGraph], dict[str, Any], dict[str, A
     "h100-ib-fattree": (ib_fattree, {"gpu": "h100-sxm"}, {"num_nodes": DEFAULT_NUM_NODES}),
     "h200-ib-rail": (ib_rail, {"gpu": "h200"}, {"num_nodes": DEFAULT_NUM_NODES}),
     "h800-ib-rail": (ib_rail, {"gpu": "h800"}, {"num_nodes": DEFAULT_NUM_NODES}),
-    "gb200-nvl72": (nvl72, {"gpu": "h100-sxm"}, {}),
+    # AWS p5.48xlarge: EFA (32 x 100 Gb/s per node = 400 Gb/s per GPU) on AWS's non-blocking Clos
+    # (not rail-optimized: every NIC of a node under one leaf); p5en (H200) is the same per GPU
+    "h100-efa": (ib_fattree, {"gpu": "h100-sxm", "fabric": "efa"}, {"num_nodes": DEFAULT_NUM_NODES}),
+    "h200-efa": (ib_fattree, {"gpu": "h200", "fabric": "efa"}, {"num_nodes": DEFAULT_NUM_NODES}),
+    # RoCE 400 GbE per GPU on a rail-optimized leaf/spine (NVIDIA Spectrum-X reference architecture)
+    "h100-roce": (ib_rail, {"gpu": "h100-sxm", "fabric": "roce"}, {"num_nodes": DEFAULT_NUM_NODES}),
+    "b200-ib-rail": (ib_rail, {"gpu": "b200"}, {"num_nodes": DEFAULT_NUM_NODES}),
+    "gb200-nvl72": (nvl72, {"gpu": "gb200"}, {}),
 }
 
 #: Valid preset names for :func:`build_topology`.
@@ -42,10 +51,12 @@ def build_topology(name: str, **params: Any) -> nx.DiGraph:
     """Build a named preset; ``params`` go to its builder.
 
     Presets: ``hgx-h100`` (:func:`hgx_h100`), ``h100-ib-rail`` / ``h200-ib-rail`` /
-    ``h800-ib-rail`` (:func:`ib_rail`), ``h100-ib-fattree`` (:func:`ib_fattree`), both
-    defaulting to ``num_nodes=2``, and ``gb200-nvl72`` (:func:`nvl72`, an approximation;
-    a node is a 72-GPU rack). Every preset accepts ``num_nodes`` and ``oversubscription``
-    (``hgx-h100`` only ``num_nodes=1``). The GPU model is fixed by the preset name.
+    ``h800-ib-rail`` / ``b200-ib-rail`` / ``h100-roce`` (:func:`ib_rail`), ``h100-ib-fattree`` /
+    ``h100-efa`` / ``h200-efa`` (:func:`ib_fattree`), all defaulting to ``num_nodes=2``, and
+    ``gb200-nvl72`` (:func:`nvl72`: GB200 GPUs, a node is a 72-GPU rack). Every preset accepts
+    ``num_nodes`` and ``oversubscription`` (``hgx-h100`` only ``num_nodes=1``). The GPU model is
+    fixed by the preset name; the scale-out ``fabric`` (``ib`` | ``efa`` | ``roce``) too where the
+    name says it, and is a parameter elsewhere (``build_topology("h100-ib-rail", fabric="roce")``).
 
     Examples
     --------

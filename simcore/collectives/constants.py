@@ -10,13 +10,14 @@ by ``python -m validation.fit_collectives`` on ``validation/data/collectives_cal
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
 from ..hardware import GpuSpec, get_gpu
 
-__all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "NcclConstants", "Fabric",
-           "DEFAULT"]
+__all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "FABRICS", "ARCHITECTURES",
+           "NcclConstants", "Fabric", "DEFAULT", "check_fabric"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "hierarchical", "direct", "pairwise")
@@ -34,6 +35,17 @@ ALGORITHMS_BY_COLLECTIVE: dict[str, tuple[str, ...]] = {
     "all_to_all": ("direct", "pairwise"),
     "send_recv": ("direct",),
 }
+
+#: Scale-out networks with their own calibrated NIC efficiency and inter-node latency (see ``Fabric``):
+#: ``ib`` InfiniBand NDR (ConnectX-7, 400 Gb/s per GPU; DGX H100 user guide), ``efa`` AWS Elastic Fabric
+#: Adapter (p5.48xlarge: 32 x 100 Gb/s EFAv2 = 3200 Gb/s per instance, i.e. 4 x 100 Gb/s = 400 Gb/s per GPU,
+#: SRD transport through the aws-ofi-nccl plugin; p5en: 16 x 200 Gb/s EFAv3, the same 400 Gb/s per GPU),
+#: ``roce`` RDMA over Converged Ethernet (ConnectX-7 / BlueField-3 400 GbE per GPU, e.g. Spectrum-X).
+#: All three give one 400 Gb/s (50e9 B/s) port per GPU on H100 nodes, so the NIC rate stays the GPU's
+#: (``GpuSpec.nic_bandwidth_bytes_per_s``); they differ in what NCCL reaches and in per-message latency.
+FABRICS = ("ib", "efa", "roce")
+#: NCCL's compute-capability rows of its tuning tables that the catalog GPUs fall in.
+ARCHITECTURES = ("hopper", "blackwell")
 
 _US = 1e-6
 _GB = 1e9
@@ -74,7 +86,9 @@ class NcclConstants:
     nvls_tree_nvlink_latency_s: float = 25.0 * _US  # NVLSTree hwLat[NVLINK]
     nvls_tree_net_latency_s: float = 20.9 * _US     # NVLSTree hwLat[NET], per tree level
     net_overhead_s: float = 1.0 * _US               # getNetOverhead (Intel/default CPU); x3 for Simple
-    net_latency_s: float = 0.0                      # latencyInter from the topology XML; 2x for Simple
+    net_latency_s: float = 0.0                      # latencyInter (InfiniBand); 2x for Simple; fitted, see below
+    efa_net_latency_s: float = 20.0 * _US           # EFA: prior 20 us = NET_LATENCY of aws-ofi-nccl's tuner
+    roce_net_latency_s: float = 0.0                 # RoCE: prior 0 (NCCL's IB values)
     ring_plateau_factor: float = 1.4                # multi-node Ring/Simple all-reduce latency x1.4 (sm80+)
     ring_plateau_min_bytes: float = 64.0            # ... once bytes / (channels x ranks) reaches this
     # ---- bandwidth refinements (tuning.cc) ----
@@ -103,9 +117,14 @@ class NcclConstants:
     # Fraction of the per-direction NVLink rate a set of ring channels reaches (0.797 x 450 = 359 GB/s;
     # NCCL itself assumes 20.6 GB/s x 18 links = 370.8 GB/s = 0.824).
     nvlink_efficiency: float = 0.7973
-    # Fraction of the NIC line rate reached (NCCL maintainers: 46-48 of 50 GB/s per NDR NIC). A prior, not
-    # fitted: the two multi-node calibration rows are bound by NVLink and the NICs alike.
+    # Per scale-out fabric (``Fabric.scale_out``): the fraction of the NIC line rate NCCL reaches and the
+    # network latency added per inter-node hop (NCCL's ``latencyInter``, twice for Simple). Fitted by
+    # ``python -m validation.fit_collectives`` on the multi-node rows of the fit set (split=fit), nic
+    # efficiency on rows >= 64 MiB, latency on nccl-tests rows < 1 MiB; the plain fields are InfiniBand's.
+    # NCCL maintainers expect 46-48 of 50 GB/s per NDR NIC (0.92-0.96).
     nic_efficiency: float = 0.92
+    efa_nic_efficiency: float = 0.92
+    roce_nic_efficiency: float = 0.92
     # Host/runtime cost of issuing one collective in a serving framework (one process per GPU: kernel
     # launch, framework call), added to every one. Not refitted by fit_collectives: 18.0 us is what one
     # overhead fitted on all calibration rows gave before harnesses were told apart, and the per-pass
@@ -124,11 +143,13 @@ class NcclConstants:
     nvls_fill_bytes: float = 11.42e6
 
     def __post_init__(self) -> None:
-        for name in ("nvlink_efficiency", "nic_efficiency", "nvls_efficiency"):
+        for name in ("nvlink_efficiency", "nic_efficiency", "efa_nic_efficiency", "roce_nic_efficiency",
+                     "nvls_efficiency"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"NcclConstants.{name} must be in (0, 1], got {value!r}")
-        for name in ("launch_overhead_s", "net_overhead_s", "net_latency_s", "ring_fill_steps_copy",
+        for name in ("launch_overhead_s", "net_overhead_s", "net_latency_s", "efa_net_latency_s",
+                     "roce_net_latency_s", "ring_fill_steps_copy",
                      "ring_fill_steps_reduce", "nvls_fill_bytes"):
             value = getattr(self, name)
             if not (value >= 0.0 and math.isfinite(value)):
@@ -145,18 +166,69 @@ class NcclConstants:
             raise ValueError(f"unknown NcclConstants field(s): {', '.join(sorted(unknown))}")
         return dataclasses.replace(self, **changes)
 
+    def for_fabric(self, fabric: Fabric) -> NcclConstants:
+        """The constants NCCL uses on ``fabric``: its scale-out network's NIC efficiency and latency
+        in the plain ``nic_efficiency`` / ``net_latency_s`` fields, and NCCL's Blackwell (sm100) rows
+        on a Blackwell GPU. InfiniBand on Hopper returns ``self`` unchanged (no copy)."""
+        if fabric.scale_out == "ib" and fabric.arch == "hopper":
+            return self
+        return _for_fabric(self, fabric.scale_out, fabric.arch)
+
+
+# NCCL's Blackwell (sm100) rows where they differ from Hopper's: tuning.cc ncclTunerConstantsDefaults
+# (NCCL v2.28.7, lines 169-198: llMaxBws, perChMax{RingLL128,TreeLL128,Tree,NVLSTree}Bws), src/tuning/
+# nvls.cc (nvlsEfficiency 0.74), search.cc (sm100SpeedArrayIntra tops at 90 GB/s per channel) and
+# nvls.cc (NVLS_NCHANNELS_SM100 32, 24 inside one NVL72 domain: NVLS_NCHANNELS_SM100_NVL). Read through
+# two mirrors of those files, not the NVIDIA tree itself. Multi-node LL caps stay as NCCL indexes them,
+# by CPU vendor. Latencies (baseLat, hwLat) are not indexed by architecture in NCCL: Hopper's apply.
+_BLACKWELL = {
+    "ll_max_bw": _gbps(282.0, 39.0, 20.4),
+    "ring_ll128_channel_max_bw": 40.0 * _GB,
+    "tree_channel_max_bw": _gbps(70.0, 42.8, 24.0),
+    "tree_ll128_channel_max_bw": _gbps(55.6, 31.67, 20.0),
+    "nvls_tree_channel_max_bw": _gbps(0.0, 96.0, 80.0),
+    "nvls_efficiency": 0.74,
+    "nvls_max_channels": 24,
+    "max_channel_bw_intra": 90.0 * _GB,
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _for_fabric(c: NcclConstants, scale_out: str, arch: str) -> NcclConstants:
+    # cached: the flow simulator and the vectorized proxy ask for the same few (constants, fabric) pairs
+    # many times, and a dataclass copy with validation costs ~20 us
+    changes: dict[str, object] = dict(_BLACKWELL) if arch == "blackwell" else {}
+    if scale_out != "ib":
+        changes.update(nic_efficiency=getattr(c, f"{scale_out}_nic_efficiency"),
+                       net_latency_s=getattr(c, f"{scale_out}_net_latency_s"))
+    return dataclasses.replace(c, **changes)
+
+
+def check_fabric(name: str) -> str:
+    """``name`` if it is a known scale-out fabric; ``ValueError`` naming the choices otherwise."""
+    if name not in FABRICS:
+        raise ValueError(f"unknown fabric {name!r}; choose one of: {', '.join(FABRICS)}")
+    return name
+
 
 DEFAULT = NcclConstants()
 
 
 @dataclass(frozen=True)
 class Fabric:
-    """What a communicator's GPUs are connected by; bandwidths per GPU per direction (bytes/s)."""
+    """What a communicator's GPUs are connected by; bandwidths per GPU per direction (bytes/s).
+
+    ``scale_out`` is the network between NVLink domains (one of :data:`FABRICS`), ``arch`` the GPU's row
+    of NCCL's tuning tables (one of :data:`ARCHITECTURES`); :meth:`NcclConstants.for_fabric` turns both
+    into the constants NCCL uses.
+    """
 
     nvlink_bandwidth_bytes_per_s: float
     nic_bandwidth_bytes_per_s: float
     nvlink_domain_size: int
     nvls: bool = True  # NVSwitch SHARP (multicast/in-switch reduction) available
+    scale_out: str = "ib"
+    arch: str = "hopper"
 
     def __post_init__(self) -> None:
         for name in ("nvlink_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s"):
@@ -166,12 +238,18 @@ class Fabric:
         if not (isinstance(self.nvlink_domain_size, int) and self.nvlink_domain_size >= 1):
             raise ValueError(f"Fabric.nvlink_domain_size must be a positive int, got "
                              f"{self.nvlink_domain_size!r}")
+        if self.scale_out not in FABRICS:
+            raise ValueError(f"Fabric.scale_out: unknown fabric {self.scale_out!r}; choose one of: "
+                             f"{', '.join(FABRICS)}")
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"Fabric.arch must be one of {', '.join(ARCHITECTURES)}, got {self.arch!r}")
 
     @classmethod
-    def from_gpu(cls, gpu: GpuSpec, nvlink_domain_size: int | None = None) -> Fabric:
+    def from_gpu(cls, gpu: GpuSpec, nvlink_domain_size: int | None = None, scale_out: str = "ib") -> Fabric:
         """The fabric of HGX-style nodes of ``gpu`` (domain = ``gpu.gpus_per_node`` unless given)."""
         domain = gpu.gpus_per_node if nvlink_domain_size is None else int(nvlink_domain_size)
-        return cls(gpu.nvlink_bandwidth_bytes_per_s, gpu.nic_bandwidth_bytes_per_s, domain)
+        return cls(gpu.nvlink_bandwidth_bytes_per_s, gpu.nic_bandwidth_bytes_per_s, domain,
+                   scale_out=scale_out, arch=gpu.arch)
 
     @classmethod
     def from_topology(cls, graph) -> Fabric:
@@ -179,7 +257,8 @@ class Fabric:
 
         Reads graph attributes ``gpu`` (catalog name), ``nvlink_domain_size`` and, when present,
         ``nvlink_bandwidth_bytes_per_s`` / ``nic_bandwidth_bytes_per_s`` / ``nvls``; otherwise the
-        rates of a GPU's links to its ``nvswitch`` and ``nic`` neighbours, then the GPU spec.
+        rates of a GPU's links to its ``nvswitch`` and ``nic`` neighbours, then the GPU spec. The
+        scale-out network is graph attribute ``fabric`` (``ib`` when absent).
         """
         attrs = graph.graph
         gpu = get_gpu(attrs["gpu"])
@@ -187,7 +266,7 @@ class Fabric:
         nvlink = attrs.get("nvlink_bandwidth_bytes_per_s", nvlink or gpu.nvlink_bandwidth_bytes_per_s)
         nic = attrs.get("nic_bandwidth_bytes_per_s", nic or gpu.nic_bandwidth_bytes_per_s)
         return cls(float(nvlink), float(nic), int(attrs.get("nvlink_domain_size", gpu.gpus_per_node)),
-                   nvls=bool(attrs.get("nvls", True)))
+                   nvls=bool(attrs.get("nvls", True)), scale_out=str(attrs.get("fabric", "ib")), arch=gpu.arch)
 
 
 def _link_rates(graph) -> tuple[float | None, float | None]:

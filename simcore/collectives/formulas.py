@@ -24,6 +24,9 @@ Deviations from NCCL (documented):
 * NVLS needs one domain (multi-node NVLS needs CollNet/SHARP, not modelled); PAT and CollNet are not
   modelled.
 
+The constants are those of the fabric (:meth:`~.constants.NcclConstants.for_fabric`): its scale-out
+network's NIC efficiency and latency (InfiniBand, EFA, RoCE) and NCCL's Blackwell rows on Blackwell.
+
 Calibrated extras (not part of NCCL's prediction, so they never change its choice): ``extra_latency_s``
 (the fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps).
 """
@@ -103,6 +106,7 @@ def _zero_if_trivial(cost: EntryCost, shape: Shape) -> EntryCost:
 
 def ring_bus_bandwidth(shape: Shape, fabric: Fabric, c: NcclConstants) -> np.ndarray:
     """Ring busBw before protocol refinements: NVLink inside a domain, min(NVLink, NICs) across."""
+    c = c.for_fabric(fabric)
     b_nvl = c.nvlink_efficiency * fabric.nvlink_bandwidth_bytes_per_s
     b_nics = shape.p * c.nic_efficiency * fabric.nic_bandwidth_bytes_per_s
     return np.where(shape.nodes > 1, np.minimum(b_nvl, b_nics), b_nvl)
@@ -223,6 +227,7 @@ def _hierarchical(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclCo
 def p2p_bandwidths(shape: Shape, fabric: Fabric, proto: int,
                    c: NcclConstants) -> tuple[np.ndarray, np.ndarray]:
     """(NVLink, NIC) per-GPU bandwidth of point-to-point traffic under ``proto``."""
+    c = c.for_fabric(fabric)
     b_nvl = c.nvlink_efficiency * fabric.nvlink_bandwidth_bytes_per_s
     b_nic = c.nic_efficiency * fabric.nic_bandwidth_bytes_per_s
     return _p2p_bw(b_nvl, proto, shape, c), _p2p_bw(b_nic, proto, shape, c)
@@ -258,6 +263,7 @@ def _send_recv(shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> En
 
 def entry_cost(coll: str, algo: str, proto: str, shape: Shape, fabric: Fabric, c: NcclConstants) -> EntryCost:
     """Cost of one (collective, algorithm, protocol) entry; inf where it cannot run, 0 if trivial."""
+    c = c.for_fabric(fabric)  # the scale-out network's NIC efficiency/latency, NCCL's Blackwell rows
     k = PROTO_INDEX[proto]
     if algo == "ring":
         cost = _ring(coll, shape, fabric, k, c)
