@@ -325,8 +325,13 @@ def run_collective(env: simpy.Environment, network, collective: str, size_bytes:
     """Start one collective on ``network`` over GPU nodes ``ranks``; the process value is its duration (s).
 
     ``auto`` resolves to NCCL's choice (:func:`resolve`). ``ValueError`` for unknown names, ranks that
-    are not GPUs or are spread unevenly over NVLink domains, or an entry that cannot run them.
+    are not GPUs or are spread unevenly over NVLink domains, or an entry that cannot run them. A network
+    whose links were never derated gets :func:`~simcore.collectives.pipeline.nccl_link_efficiency` of
+    these constants before the first collective (the idle-fabric equality needs it).
     """
+    if network.link_efficiency is None:
+        graph = network.graph
+        network.set_link_efficiency(nccl_link_efficiency(graph, constants, fabric or Fabric.from_topology(graph)))
     key = (collective, float(size_bytes), tuple(ranks), algorithm, protocol, constants, fabric)
     cache = _PROGRAMS.setdefault(network, {})
     if key not in cache:

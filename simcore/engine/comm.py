@@ -1,11 +1,13 @@
 """How a communication op takes time: on an idle fabric (the analytic cost), or as flows that
-share the network with everything else in flight (contention)."""
+share the network with everything else in flight (contention). :class:`FlowComm` also says how many
+SMs each collective's kernel holds (one per NCCL channel), for the executor's SM sharing."""
 
 from __future__ import annotations
 
 import simpy
 
-from ..collectives.flows import run_collective
+from ..collectives.flows import collective_channels, run_collective
+from ..hardware import get_gpu
 from .placement import Placement
 from .program import Op
 
@@ -56,6 +58,17 @@ class FlowComm:
         self.fabric = fabric
         self.representative = representative
         self._groups: dict[tuple[str, int], list[list[str]]] = {}
+        #: SMs per GPU (H100 SXM: 132), of which a running collective holds :meth:`kernel_sms`
+        self.num_sms = get_gpu(network.graph.graph["gpu"]).num_sms
+
+    def kernel_sms(self, stage: int, op: Op) -> int:
+        """SMs the op's NCCL kernel holds on each GPU of the stage while it runs: one per channel
+        (:func:`~simcore.collectives.flows.collective_channels`), 0 for an op that moves nothing."""
+        if op.size_bytes <= 0:
+            return 0
+        ranks = self.groups(op.group, stage)[0]
+        return collective_channels(self.network, op.collective, op.size_bytes, ranks, fabric=self.fabric,
+                                   **self.kwargs)
 
     def groups(self, group: str, stage: int) -> list[list[str]]:
         """The communicators to put on the network. Identical concurrent groups whose traffic can

@@ -6,6 +6,11 @@ previous stage's send, or its own previous decode step), then walks its program,
 stream each op needs. Earlier steps and microbatches have priority on a stream. With overlap on,
 one microbatch's collectives overlap another's kernels, and shared experts overlap the routed
 experts' dispatch; pipeline bubbles come out of this schedule, not out of a formula.
+
+SM sharing (overlap on): an NCCL kernel holds one SM per channel while it runs (one CTA per channel;
+``comm.kernel_sms(stage, op)`` of ``comm.num_sms``), so kernels overlapping it run at the fraction of
+the SMs left, re-timed whenever a collective starts or ends on the stage. A comm without
+``kernel_sms`` holds none.
 """
 
 from __future__ import annotations
@@ -101,6 +106,10 @@ class Executor:
                 self.streams.append({"stage": simpy.Resource(env, capacity=1)})
         self.plans = [_segments(_plan(p.ops, overlap)) for p in programs]
         self.intervals: list[Interval] = []
+        self._num_sms = int(getattr(comm, "num_sms", 0) or 0)
+        self._kernel_sms = getattr(comm, "kernel_sms", None) if self._num_sms > 0 else None
+        self._held: dict[int, int] = {}  # SMs held by NCCL kernels per stage
+        self._sm_changed: dict[int, simpy.Event] = {}
 
     def _log(self, stage, stream, op: Op, microbatch, step, start, end) -> None:
         self.intervals.append(Interval(stage, stream, op.name, op.op, op.layer, microbatch, step, start, end))
@@ -109,6 +118,39 @@ class Executor:
         start = self.env.now
         yield from self.comm.run(self.env, stage, op)
         self._log(stage, "comm", op, microbatch, step, start, self.env.now)
+
+    def _comm_on_sms(self, stage: int, op: Op, microbatch: int, step: int):
+        """:meth:`_comm` while its kernel holds its SMs (module docstring)."""
+        sms = int(self._kernel_sms(stage, op)) if self._kernel_sms is not None else 0
+        if sms <= 0:
+            yield from self._comm(stage, op, microbatch, step)
+            return
+        self._hold_sms(stage, sms)
+        try:
+            yield from self._comm(stage, op, microbatch, step)
+        finally:
+            self._hold_sms(stage, -sms)
+
+    def _hold_sms(self, stage: int, sms: int) -> None:
+        self._held[stage] = self._held.get(stage, 0) + sms
+        event = self._sm_changed.pop(stage, None)
+        if event is not None:
+            event.succeed()
+
+    def _work(self, stage: int, work: float, done: list[float]):
+        """``work`` seconds of kernels (at all SMs) at the fraction of SMs NCCL kernels leave; ``done[0]``
+        is the work finished so far, kept current when an interrupt (preemption) ends it early."""
+        while True:
+            rate = 1.0 - min(self._held.get(stage, 0), self._num_sms - 1) / self._num_sms
+            changed = self._sm_changed.get(stage) or self._sm_changed.setdefault(stage, self.env.event())
+            timer, t0, left = self.env.timeout((work - done[0]) / rate), self.env.now, work - done[0]
+            try:
+                yield timer | changed
+            finally:
+                done[0] += min((self.env.now - t0) * rate, left)
+            if timer.processed or done[0] >= work * (1.0 - 1e-12):
+                done[0] = work
+                return
 
     def _compute(self, stage: int, ops: list[Op], microbatch: int, step: int):
         """Kernels back to back; with overlap on, preemptible between (and within) kernels."""
@@ -127,20 +169,25 @@ class Executor:
                     yield req
                 except simpy.Interrupt:  # granted, then preempted before it ran: queue again
                     continue
-                start = self.env.now
+                start, done = self.env.now, [0.0]
                 try:
-                    yield self.env.timeout(sum(left[i:]))
+                    if self._kernel_sms is None:
+                        yield self.env.timeout(sum(left[i:]))
+                    else:
+                        yield from self._work(stage, sum(left[i:]), done)
                     elapsed = float("inf")
                 except simpy.Interrupt:  # an earlier microbatch came back from communication
-                    elapsed = self.env.now - start
+                    elapsed = done[0] if self._kernel_sms is not None else self.env.now - start
+                # wall seconds per second of work (SM sharing), spread evenly over the span for the log
+                stretch = (self.env.now - start) / done[0] if done[0] > 0 else 1.0
                 t = start
                 while i < len(ops) and (left[i] <= elapsed + 1e-15 or elapsed == float("inf")):
-                    self._log(stage, "compute", ops[i], microbatch, step, t, t + left[i])
-                    t += left[i]
+                    self._log(stage, "compute", ops[i], microbatch, step, t, t + left[i] * stretch)
+                    t += left[i] * stretch
                     elapsed -= left[i]
                     i += 1
                 if i < len(ops) and elapsed > 0:  # the kernel cut short resumes later
-                    self._log(stage, "compute", ops[i], microbatch, step, t, t + elapsed)
+                    self._log(stage, "compute", ops[i], microbatch, step, t, t + elapsed * stretch)
                     left[i] -= elapsed
 
     def _run_items(self, stage: int, items, microbatch: int, step: int):
@@ -151,7 +198,7 @@ class Executor:
             elif kind == "op" and self.overlap:
                 with self.streams[stage]["comm"].request(priority=step * 10_000 + microbatch) as req:
                     yield req
-                    yield from self._comm(stage, item, microbatch, step)
+                    yield from self._comm_on_sms(stage, item, microbatch, step)
             elif kind == "op":
                 yield from self._comm(stage, item, microbatch, step)
             elif kind == "fork":
