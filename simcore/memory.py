@@ -11,7 +11,8 @@ import numpy as np
 from .lowering import CostContext, StrategyArrays
 from .opgraph import DIM0, DIM1, REPLICATED, model_ops
 
-__all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "structural_reasons"]
+__all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "structural_reasons",
+           "redundant_fit_error"]
 
 REASONS = (
     "device_count",      # tp * ep * pp * dp differs from the cluster's GPU count
@@ -24,6 +25,7 @@ REASONS = (
     "ttft_slo",          # time to first token above the SLO
     "tpot_slo",          # time per output token above the SLO
     "domain_straddle",   # a TP or EP group straddles NVLink domains unevenly (e.g. 32 ranks in 72-GPU racks)
+    "redundant_experts",  # more expert replicas than ranks to hold them apart (any at ep = 1, or a dense model)
 )
 _BIT = {name: 1 << i for i, name in enumerate(REASONS)}
 
@@ -40,8 +42,9 @@ def bit(name: str) -> int:
 def stage_layers(model, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense and MoE layer counts of each stage, shape ``[n, max(pp)]``, plus the stage mask.
 
-    Layers are split contiguously; the first ``L mod pp`` stages get one extra layer. Dense-first
-    layers of an MoE model sit at the front.
+    Layers are split contiguously; the first ``L mod pp`` stages get one extra layer. Each stage's
+    dense layers are counted from the model's own pattern (DeepSeek's dense-first layers, Llama-4's
+    interleaving, Qwen-MoE's ``mlp_only_layers``).
     """
     pp = np.asarray(pp)
     n_layers = model.num_layers
@@ -50,15 +53,17 @@ def stage_layers(model, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     base, extra = n_layers // p, n_layers % p
     count = base + (stages < extra)
     start = stages * base + np.minimum(stages, extra)
-    n_dense = model.num_dense_layers if model.is_moe else n_layers
-    dense = np.clip(np.minimum(start + count, n_dense) - start, 0, None)
     in_stage = stages < p
+    before = model.dense_layers_before()
+    end = np.where(in_stage, start + count, 0)
+    dense = before[np.clip(end, 0, n_layers)] - before[np.clip(np.where(in_stage, start, 0), 0, n_layers)]
     return np.where(in_stage, dense, 0), np.where(in_stage, count - dense, 0), in_stage
 
 
-def _experts_per_gpu(model, ep):
-    """Expert slots per GPU: ``ceil(E / ep)`` (spare slots hold redundant experts)."""
-    return np.ceil(model.num_experts / np.maximum(ep, 1)) if model.is_moe else 0.0
+def _experts_per_gpu(model, ep, redundant=0):
+    """Expert slots per GPU: ``ceil((E + redundant) / ep)`` (:func:`simcore.moe.slots_per_rank`;
+    spare slots when ``ep`` does not divide ``E`` hold redundant experts at no extra memory)."""
+    return np.ceil((model.num_experts + redundant) / np.maximum(ep, 1)) if model.is_moe else 0.0
 
 
 def _shard(choice: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -78,9 +83,11 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     attn = weights("qkv") + weights("out_proj")
     dense = weights("dense_ffn1") + weights("dense_ffn2")
     moe = (weights("router") + weights("shared_ffn1") + weights("shared_ffn2")
-           + (weights("expert_ffn1") + weights("expert_ffn2")) / max(m.num_experts, 1) * _experts_per_gpu(m, s.ep))
+           + (weights("expert_ffn1") + weights("expert_ffn2")) * (w.expert_bytes / wb) / max(m.num_experts, 1)
+           * _experts_per_gpu(m, s.ep, s.redundant))
     seqs_group = s.batch / s.ep
-    kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * w.max_context
+    # a windowed layer holds at most its window (attention_context is the mean over layers)
+    kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * m.attention_context(w.max_context)
     c_attn = s.choice["attention"]
     kv_heads_shard = 1.0 if m.is_mla else np.minimum(t, m.num_kv_heads)
     seqs_local = np.where(c_attn == DIM0, np.ceil(seqs_group / t), seqs_group)
@@ -142,4 +149,23 @@ def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     for block in (s.tp, s.tp * s.ep):
         straddle |= (domain % block != 0) & (block % domain != 0)
     mask |= np.where(straddle, bit("domain_straddle"), 0)
+    # each replica needs a rank that lacks its expert: at most E x (ep - 1) of them
+    mask |= np.where(s.redundant > m.num_experts * (s.ep - 1), bit("redundant_experts"), 0)
     return mask
+
+
+def redundant_fit_error(ctx: CostContext, strategy) -> str | None:
+    """The one-line reason a strategy's ``redundant_experts`` overflow HBM where the same strategy
+    without them fits, else None."""
+    n = getattr(strategy, "redundant_experts", 0)
+    if not n:
+        return None
+    s = StrategyArrays.from_strategies([strategy, strategy.replace(redundant_experts=0)])
+    with_n, without = memory_per_gpu_bytes(ctx, s)
+    usable = ctx.cluster.gpu.usable_hbm_bytes
+    if with_n <= usable or without > usable:
+        return None
+    slots = int(_experts_per_gpu(ctx.model, strategy.ep, n))
+    return (f"strategy.redundant_experts={n}: {slots} expert slots per GPU need {with_n / 1e9:.1f} GB, "
+            f"above the {usable / 1e9:.1f} GB usable HBM of {ctx.cluster.gpu.name} "
+            f"(without replicas {without / 1e9:.1f} GB)")

@@ -1,10 +1,11 @@
 """Model catalog: transformer shapes and parameter counts, read from Hugging Face ``config.json`` files.
 
-A :class:`ModelSpec` holds the shape of a decoder-only transformer (dense, MoE, GQA or DeepSeek MLA)
-and counts its parameters per layer kind, in elements (multiply by the bytes per element of a
-precision for a size in bytes). Presets live in ``simcore/model_configs/<name>.json``, copies of the
-published Hugging Face configs plus an optional ``_published_params`` key that tests check against;
-nothing is downloaded at run time.
+A :class:`ModelSpec` holds the shape of a decoder-only transformer (dense, MoE, GQA or DeepSeek MLA,
+with an explicit per-layer MoE pattern and optional sliding-window layers) and counts its parameters
+per layer kind, in elements (multiply by the bytes per element of a precision for a size in bytes).
+Presets live in ``simcore/model_configs/<name>.json``, copies of the published Hugging Face configs
+plus an optional ``_published_params`` key that tests check against; nothing is downloaded at run
+time. The readers of each family's ``config.json`` are in :mod:`simcore.hf_config`.
 
 Examples
 --------
@@ -13,18 +14,22 @@ Examples
 163840
 >>> round(get_model("mixtral-8x7b").active_params() / 1e9, 1)
 12.9
+>>> get_model("gpt-oss-120b").attention_context(4096.0)  # 18 layers at 4096, 18 at the 128 window
+2112.0
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+
+from .hf_config import SPEC_TYPE, ModelConfigError, from_hf_config
 
 __all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "MODEL_NAMES", "CONFIG_DIR"]
 
@@ -35,28 +40,30 @@ MODEL_NAMES: tuple[str, ...] = (
     "gpt-j-6b", "llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
     "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "falcon-180b", "mixtral-8x7b", "mixtral-8x22b",
     "deepseek-v3", "gpt-moe-1.2t", "gpt-moe-1.6t",
+    "qwen3-32b", "qwen3-235b-a22b", "qwen2-57b-a14b", "deepseek-v2", "deepseek-v2-lite", "deepseek-r1",
+    "gpt-oss-120b", "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "kimi-k2", "minimax-m2",
 )
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
              "moe_layer_freq")
 _NON_NEGATIVE = ("num_experts", "top_k", "num_shared_experts", "expert_ffn_size", "dense_first_layers",
                  "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                 "published_params", "norms_per_layer", "max_position_embeddings")
-
-
-class ModelConfigError(ValueError):
-    """A model config file or dict that cannot be turned into a :class:`ModelSpec` (one-line message)."""
+                 "published_params", "norms_per_layer", "max_position_embeddings", "sliding_window")
+_QK_NORMS = ("none", "head", "layer")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a decoder-only transformer; all sizes are element counts, not bytes.
 
-    ``ffn_size`` is the dense MLP intermediate size (dense models and the dense-first layers of
-    an MoE model); ``expert_ffn_size`` is the intermediate size of one routed or shared expert.
-    For MLA models ``head_dim`` is the query/key head size (``qk_nope + qk_rope``). For other
-    models ``v_head_dim`` may be left 0 and is then set to ``head_dim``, so ``q_head_dim`` and
-    ``v_head_dim`` are valid for every model.
+    ``ffn_size`` is the dense MLP intermediate size (dense models and the dense layers of an MoE
+    model); ``expert_ffn_size`` is the intermediate size of one routed or shared expert. Which
+    layers are MoE: ``moe_layers`` when given (Qwen-MoE ``mlp_only_layers`` / ``decoder_sparse_step``,
+    Llama-4 interleaving), else every layer ``i >= dense_first_layers`` with ``i % moe_layer_freq == 0``
+    (DeepSeek). Layers in ``window_layers`` attend to at most ``sliding_window`` past tokens (gpt-oss,
+    Mistral, Llama-4's chunked layers). For MLA models ``head_dim`` is the query/key head size
+    (``qk_nope + qk_rope``). For other models ``v_head_dim`` may be left 0 and is then set to
+    ``head_dim``, so ``q_head_dim`` and ``v_head_dim`` are valid for every model.
     """
 
     name: str
@@ -81,14 +88,21 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     published_params: float = 0.0
-    mlp_bias: bool = False  # biases on the MLP / expert matrices (GPT-J)
+    mlp_bias: bool = False  # biases on the MLP / expert matrices (GPT-J, gpt-oss)
     lm_head_bias: bool = False  # GPT-J's lm_head has a bias
     norm_bias: bool = False  # LayerNorm with bias (GPT-J, Falcon) instead of RMSNorm
     norms_per_layer: int = 2  # GPT-J and parallel-attention Falcon-7B share one norm
     parallel_attention: bool = False  # attention and MLP read the same input (GPT-J, Falcon)
-    router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias
+    router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias, gpt-oss router bias
     moe_layer_freq: int = 1  # DeepSeek: layer i is MoE iff i >= dense_first_layers and i % freq == 0
     max_position_embeddings: int = 0  # 0 = unknown
+    moe_layers: tuple[int, ...] = ()  # explicit MoE layers (overrides the two fields above)
+    sliding_window: int = 0  # tokens a windowed layer attends to; 0 = no windowed layers
+    window_layers: tuple[int, ...] = ()  # the layers that use the window
+    attention_sinks: bool = False  # gpt-oss: one learned sink logit per head and layer
+    qk_norm: str = "none"  # RMSNorm on q and k: "head" (Qwen3, per head_dim) or "layer" (MiniMax, full width)
+    qkv_bias: bool = False  # biases on q/k/v but not o (Qwen2)
+    shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate [hidden, 1] on the shared expert
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -101,6 +115,17 @@ class ModelSpec:
                     f"must divide num_heads={self.num_heads}")
         self._check("dense_first_layers", self.dense_first_layers <= self.num_layers,
                     f"must be <= num_layers={self.num_layers}")
+        self._check("qk_norm", self.qk_norm in _QK_NORMS, f"must be one of {', '.join(_QK_NORMS)}")
+        self._check("qkv_bias", not (self.qkv_bias and self.attention_bias),
+                    "and attention_bias must not both be set (attention_bias covers q/k/v/o)")
+        for field in ("moe_layers", "window_layers"):
+            object.__setattr__(self, field, tuple(int(i) for i in getattr(self, field)))
+            layers = getattr(self, field)
+            self._check(field, all(0 <= i < self.num_layers for i in layers)
+                        and list(layers) == sorted(set(layers)),
+                        f"must be distinct increasing layer indices in [0, {self.num_layers})")
+        self._check("window_layers", bool(self.window_layers) == (self.sliding_window > 0),
+                    f"must be non-empty exactly when sliding_window > 0 (sliding_window={self.sliding_window})")
         self._check_moe()
         self._check_mla()
 
@@ -115,10 +140,14 @@ class ModelSpec:
             self._check("expert_ffn_size", self.expert_ffn_size > 0, "must be positive for an MoE model")
             self._check("dense_first_layers", self.dense_first_layers < self.num_layers,
                         "must leave at least one MoE layer")
+            if self.moe_layers:
+                self._check("moe_layers", self.dense_first_layers == 0 and self.moe_layer_freq == 1,
+                            "conflicts with dense_first_layers / moe_layer_freq (give one or the other)")
             return
-        for field in ("top_k", "num_shared_experts", "expert_ffn_size", "dense_first_layers"):
-            self._check(field, getattr(self, field) == 0, "must be 0 for a dense model (num_experts=0)")
-        self._check("router_bias", not self.router_bias, "must be False for a dense model")
+        for field in ("top_k", "num_shared_experts", "expert_ffn_size", "dense_first_layers", "moe_layers"):
+            self._check(field, not getattr(self, field), "must be 0 / empty for a dense model (num_experts=0)")
+        for field in ("router_bias", "shared_expert_gate"):
+            self._check(field, not getattr(self, field), "must be False for a dense model")
 
     def _check_mla(self) -> None:
         if self.kv_lora_rank > 0:
@@ -146,28 +175,68 @@ class ModelSpec:
         """Query (and key) head size: ``qk_nope + qk_rope`` for MLA, else ``head_dim``."""
         return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
 
+    @functools.cached_property  # the cost model asks often; a frozen spec never changes
+    def _moe_pattern(self) -> tuple[bool, ...]:
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        if self.moe_layers:
+            explicit = set(self.moe_layers)
+            return tuple(i in explicit for i in range(self.num_layers))
+        return tuple(i >= self.dense_first_layers and i % self.moe_layer_freq == 0 for i in range(self.num_layers))
+
     def layer_is_moe(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has a routed-expert MLP."""
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"ModelSpec {self.name}: layer must be in [0, {self.num_layers}), got {layer!r}")
-        return self.is_moe and layer >= self.dense_first_layers and layer % self.moe_layer_freq == 0
+        return self._moe_pattern[layer]
 
-    @functools.cached_property  # the cost model asks often; a frozen spec never changes
+    @functools.cached_property
     def num_moe_layers(self) -> int:
-        return sum(self.layer_is_moe(layer) for layer in range(self.num_layers))
+        return sum(self._moe_pattern)
 
     @functools.cached_property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
+    def dense_layers_before(self) -> np.ndarray:
+        """``out[i]`` = dense layers among the first ``i`` (length ``num_layers + 1``), for stage splits."""
+        return np.concatenate([[0], np.cumsum([not moe for moe in self._moe_pattern])]).astype(np.int64)
+
+    # ------------------------------------------------------------ attention span
+    def attention_context(self, context):
+        """Mean over layers of the tokens one decode step attends to at ``context`` (scalar or array).
+
+        A windowed layer attends to ``min(context, sliding_window)``, the others to ``context``; the
+        same mean sizes the KV cache a layer holds. Equals ``context`` for a model without windows.
+        """
+        n_win = len(self.window_layers)
+        if n_win == 0:
+            return context
+        windowed = np.minimum(context, float(self.sliding_window))
+        mean = ((self.num_layers - n_win) * np.asarray(context, dtype=float) + n_win * windowed) / self.num_layers
+        return float(mean) if np.ndim(mean) == 0 else mean
+
+    def prefill_attention_pairs(self, seq_len: float) -> float:
+        """Mean over layers of the causal (query, key) pairs of a prefill of ``seq_len`` tokens."""
+        full = seq_len * seq_len / 2.0
+        n_win = len(self.window_layers)
+        if n_win == 0 or seq_len <= self.sliding_window:
+            return full
+        w = float(self.sliding_window)
+        windowed = w * seq_len - w * w / 2.0
+        return ((self.num_layers - n_win) * full + n_win * windowed) / self.num_layers
+
     # ---------------------------------------------------------- parameter counts
     def attention_params(self) -> int:
-        """One layer's attention projections (elements), incl. MLA's internal norms and any biases."""
+        """One layer's attention (elements): projections, MLA's internal norms, q/k norms, sinks, biases."""
+        extra = (self.num_heads if self.attention_sinks else 0) + self._qk_norm_params()
         h, heads = self.hidden_size, self.num_heads
         if not self.is_mla:
             q, kv = heads * self.head_dim, self.num_kv_heads * self.head_dim
-            bias = q + 2 * kv + h if self.attention_bias else 0
-            return h * (q + 2 * kv) + q * h + bias
+            bias = 0
+            if self.attention_bias or self.qkv_bias:  # q, k, v biases; o's only with attention_bias
+                bias = q + 2 * kv + (h if self.attention_bias else 0)
+            return h * (q + 2 * kv) + q * h + bias + extra
         q_out = heads * self.q_head_dim
         if self.q_lora_rank:  # q_a_proj, q_a_layernorm, q_b_proj
             q_params = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q_out
@@ -177,7 +246,14 @@ class ModelSpec:
         kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
         o = heads * self.v_head_dim * h
         bias = self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim + h if self.attention_bias else 0
-        return q_params + kv_a + kv_b + o + bias
+        return q_params + kv_a + kv_b + o + bias + extra
+
+    def _qk_norm_params(self) -> int:
+        if self.qk_norm == "head":
+            return 2 * self.head_dim
+        if self.qk_norm == "layer":
+            return (self.num_heads + self.num_kv_heads) * self.head_dim
+        return 0
 
     def _mlp_params(self, intermediate: int) -> int:
         matrices = 3 if self.gated_mlp else 2
@@ -193,10 +269,11 @@ class ModelSpec:
         return self._mlp_params(self.expert_ffn_size) if self.is_moe else 0
 
     def router_params(self) -> int:
-        """One MoE layer's router / gate (elements); 0 for a dense model."""
+        """One MoE layer's router / gate (elements), incl. a shared-expert gate; 0 for a dense model."""
         if not self.is_moe:
             return 0
-        return self.num_experts * self.hidden_size + (self.num_experts if self.router_bias else 0)
+        bias = self.num_experts if self.router_bias else 0
+        return self.num_experts * self.hidden_size + bias + (self.hidden_size if self.shared_expert_gate else 0)
 
     def norm_params(self) -> int:
         """The layer norms of one layer, outside attention (elements)."""
@@ -228,7 +305,7 @@ class ModelSpec:
         return outside + sum(self.layer_params(i, active=active) for i in range(self.num_layers))
 
     def total_params(self) -> int:
-        """Every parameter (elements): embeddings, layers, norms, lm_head (MTP modules excluded)."""
+        """Every parameter (elements): embeddings, layers, norms, lm_head (MTP and vision modules excluded)."""
         return self._params(active=False)
 
     def active_params(self) -> int:
@@ -236,207 +313,17 @@ class ModelSpec:
         return self._params(active=True)
 
     def kv_cache_elements_per_token(self) -> int:
-        """KV-cache elements per token over all layers (MLA caches the latent plus the rope key)."""
+        """KV-cache elements per token over all layers (MLA caches the latent plus the rope key).
+
+        Per token of a context no longer than every window; a windowed layer holds at most
+        ``sliding_window`` tokens (see :meth:`attention_context`)."""
         if self.is_mla:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_layers
         return 2 * self.num_kv_heads * self.head_dim * self.num_layers
 
     def to_dict(self) -> dict[str, Any]:
         """A config dict (``model_type`` ``"simcore_spec"``) that :func:`from_hf_config` reads back."""
-        return {"model_type": _SPEC_TYPE, **dataclasses.asdict(self)}
-
-
-# ====================================================================== parsing
-_SPEC_TYPE = "simcore_spec"
-_MISSING = object()
-
-
-class _Reader:
-    """Typed access to one config dict; every failure is a one-line :class:`ModelConfigError`."""
-
-    def __init__(self, cfg: Mapping[str, Any], label: str) -> None:
-        self.cfg, self.label = cfg, label
-
-    def error(self, message: str) -> ModelConfigError:
-        return ModelConfigError(f"{self.label}: {message}")
-
-    def _lookup(self, keys: tuple[str, ...], default: Any) -> tuple[str, Any]:
-        for key in keys:
-            if self.cfg.get(key) is not None:
-                return key, self.cfg[key]
-        if default is _MISSING:
-            raise self.error(f"field {keys[0]!r} is missing" + (f" (also tried {', '.join(keys[1:])})"
-                                                               if len(keys) > 1 else ""))
-        return keys[0], default
-
-    def int(self, *keys: str, default: Any = _MISSING, minimum: int = 1) -> int:
-        """The first present key among ``keys`` as an int >= ``minimum``."""
-        key, value = self._lookup(keys, default)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise self.error(f"field {key!r} must be {kind}, got {_short(value)}")
-        return value
-
-    def flag(self, key: str, default: bool) -> bool:
-        _, value = self._lookup((key,), default)
-        if not isinstance(value, bool):
-            raise self.error(f"field {key!r} must be true or false, got {_short(value)}")
-        return value
-
-    def number(self, key: str, default: float) -> float:
-        _, value = self._lookup((key,), default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.error(f"field {key!r} must be a non-negative number, got {_short(value)}")
-        return float(value)
-
-    def head_dim(self, hidden: int, heads: int, heads_key: str) -> int:
-        if self.cfg.get("head_dim") is not None:
-            return self.int("head_dim")
-        if hidden % heads:
-            raise self.error(f"field {heads_key!r}={heads} does not divide hidden size {hidden}")
-        return hidden // heads
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _common(r: _Reader) -> dict[str, Any]:
-    return {"published_params": r.number("_published_params", 0.0),
-            "max_position_embeddings": r.int("max_position_embeddings", "n_positions", default=0, minimum=0)}
-
-
-def _parse_llama(r: _Reader) -> dict[str, Any]:
-    """Llama, Mistral, Mixtral (``intermediate_size`` is then the expert size) and unknown types."""
-    hidden, heads = r.int("hidden_size"), r.int("num_attention_heads")
-    ffn = r.int("intermediate_size")
-    spec = {"num_layers": r.int("num_hidden_layers"), "hidden_size": hidden, "num_heads": heads,
-            "num_kv_heads": r.int("num_key_value_heads", default=heads),
-            "head_dim": r.head_dim(hidden, heads, "num_attention_heads"), "ffn_size": ffn,
-            "vocab_size": r.int("vocab_size"), "tied_embeddings": r.flag("tie_word_embeddings", False),
-            "attention_bias": r.flag("attention_bias", False), "mlp_bias": r.flag("mlp_bias", False)}
-    if r.cfg.get("num_local_experts") is not None:
-        spec.update(num_experts=r.int("num_local_experts"), top_k=r.int("num_experts_per_tok"),
-                    expert_ffn_size=ffn)
-    return spec
-
-
-def _parse_gptj(r: _Reader) -> dict[str, Any]:
-    """GPT-J: parallel attention + GeLU MLP with biases, one LayerNorm per layer, biased lm_head."""
-    hidden, heads = r.int("n_embd"), r.int("n_head")
-    return {"num_layers": r.int("n_layer"), "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads,
-            "head_dim": r.head_dim(hidden, heads, "n_head"), "ffn_size": r.int("n_inner", default=4 * hidden),
-            "vocab_size": r.int("vocab_size"), "tied_embeddings": r.flag("tie_word_embeddings", False),
-            "gated_mlp": False, "mlp_bias": True, "lm_head_bias": True, "norm_bias": True,
-            "norms_per_layer": 1, "parallel_attention": True}
-
-
-def _parse_falcon(r: _Reader) -> dict[str, Any]:
-    """Falcon / RefinedWeb: GeLU MLP, LayerNorm with bias, tied embeddings by default."""
-    hidden, heads = r.int("hidden_size", "n_embd"), r.int("num_attention_heads", "n_head")
-    new_arch = r.flag("new_decoder_architecture", r.cfg.get("model_type") == "RefinedWeb")
-    parallel = r.flag("parallel_attn", True)
-    if new_arch:
-        kv_heads = r.int("num_kv_heads", "n_head_kv", default=heads)
-        norms = r.int("num_ln_in_parallel_attn", default=2)
-    else:
-        kv_heads = 1 if r.flag("multi_query", True) else heads
-        norms = 1 if parallel else 2
-    bias = r.flag("bias", False)
-    return {"num_layers": r.int("num_hidden_layers", "n_layer"), "hidden_size": hidden, "num_heads": heads,
-            "num_kv_heads": kv_heads, "head_dim": r.head_dim(hidden, heads, "num_attention_heads"),
-            "ffn_size": r.int("ffn_hidden_size", default=4 * hidden), "vocab_size": r.int("vocab_size"),
-            "tied_embeddings": r.flag("tie_word_embeddings", True), "gated_mlp": False,
-            "attention_bias": bias, "mlp_bias": bias, "norm_bias": True, "norms_per_layer": norms,
-            "parallel_attention": parallel}
-
-
-def _parse_deepseek(r: _Reader) -> dict[str, Any]:
-    """DeepSeek-V2/V3: MLA attention, shared + routed experts after ``first_k_dense_replace`` dense layers."""
-    heads = r.int("num_attention_heads")
-    nope, rope = r.int("qk_nope_head_dim"), r.int("qk_rope_head_dim")
-    spec = {"num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"), "num_heads": heads,
-            "num_kv_heads": r.int("num_key_value_heads", default=heads), "head_dim": nope + rope,
-            "ffn_size": r.int("intermediate_size"), "vocab_size": r.int("vocab_size"),
-            "tied_embeddings": r.flag("tie_word_embeddings", False),
-            "attention_bias": r.flag("attention_bias", False),
-            "q_lora_rank": r.int("q_lora_rank", default=0, minimum=0), "kv_lora_rank": r.int("kv_lora_rank"),
-            "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": r.int("v_head_dim")}
-    if r.cfg.get("n_routed_experts") is not None:
-        spec.update(num_experts=r.int("n_routed_experts"), top_k=r.int("num_experts_per_tok"),
-                    num_shared_experts=r.int("n_shared_experts", default=0, minimum=0),
-                    expert_ffn_size=r.int("moe_intermediate_size"),
-                    dense_first_layers=r.int("first_k_dense_replace", default=0, minimum=0),
-                    moe_layer_freq=r.int("moe_layer_freq", default=1),
-                    router_bias=r.cfg.get("topk_method") == "noaux_tc")
-    return spec
-
-
-def _parse_spec(r: _Reader) -> dict[str, Any]:
-    """The output of :meth:`ModelSpec.to_dict`: dataclass fields verbatim, type-checked."""
-    fields = {f.name: f for f in dataclasses.fields(ModelSpec) if f.name != "name"}
-    unknown = set(r.cfg) - set(fields) - {"model_type", "name"}
-    if unknown:
-        raise r.error(f"unknown field(s) {', '.join(sorted(unknown))} for model_type {_SPEC_TYPE!r}")
-    out: dict[str, Any] = {}
-    for key, field in fields.items():
-        required = field.default is dataclasses.MISSING
-        if field.type == "bool":
-            out[key] = r.flag(key, field.default)
-        elif field.type == "float":
-            out[key] = r.number(key, field.default)
-        else:
-            out[key] = r.int(key, default=_MISSING if required else field.default, minimum=int(required))
-    return out
-
-
-_PARSERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
-    "gptj": _parse_gptj, "falcon": _parse_falcon, "RefinedWeb": _parse_falcon,
-    "RefinedWebModel": _parse_falcon, "deepseek_v3": _parse_deepseek, "deepseek_v2": _parse_deepseek,
-    _SPEC_TYPE: _parse_spec,
-}
-
-
-def _load_json(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ModelConfigError(f"{path}: cannot read model config ({exc.strerror or exc})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") \
-            from None
-
-
-def from_hf_config(source: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (path) or its parsed dict.
-
-    Understands llama/mistral/mixtral, falcon (incl. RefinedWeb keys), gptj and deepseek_v2/v3;
-    an unknown ``model_type`` is read with llama-style keys. The optional ``_published_params``
-    key sets ``published_params``. The name defaults to ``name``/``_name`` in the dict, else the
-    file stem, else the model type. Raises :class:`ModelConfigError` naming the file and field.
-    """
-    if isinstance(source, Mapping):
-        cfg, label, stem = source, "model config <dict>", None
-    else:
-        path = Path(source)
-        cfg, label, stem = _load_json(path), str(path), path.stem
-    reader = _Reader(cfg if isinstance(cfg, Mapping) else {}, label)
-    if not isinstance(cfg, Mapping):
-        raise reader.error(f"top level must be a JSON object, got {type(cfg).__name__}")
-    model_type = cfg.get("model_type", "llama")
-    if not isinstance(model_type, str):
-        raise reader.error(f"field 'model_type' must be a string, got {_short(model_type)}")
-    spec_name = name or cfg.get("name") or cfg.get("_name") or stem or model_type
-    fields = {**_common(reader), **_PARSERS.get(model_type, _parse_llama)(reader)}
-    try:
-        return ModelSpec(name=str(spec_name), **fields)
-    except (TypeError, ValueError) as exc:
-        raise reader.error(str(exc).splitlines()[0]) from None
+        return {"model_type": SPEC_TYPE, **dataclasses.asdict(self)}
 
 
 @functools.cache

@@ -96,6 +96,27 @@ def test_moe_active_params() -> None:
         assert spec.total_params() - spec.active_params() == idle
 
 
+# Published parameters per token and the convention of each publisher: Qwen, Meta and Mistral count the
+# input embedding, DeepSeek, Moonshot, MiniMax and OpenAI do not (OpenAI's model card is exact: 5.13B).
+# Published actives are rounded: "22B" spans +-2.3%, so 3% for two significant digits, 5% for one.
+ACTIVE_CONVENTION = {
+    "qwen3-235b-a22b": (True, 0.03), "qwen2-57b-a14b": (True, 0.03), "llama-4-scout": (True, 0.03),
+    "llama-4-maverick": (True, 0.03), "deepseek-v2": (False, 0.03), "deepseek-v2-lite": (False, 0.03),
+    "deepseek-r1": (False, 0.03), "kimi-k2": (False, 0.03), "minimax-m2": (False, 0.05),
+    "gpt-oss-120b": (False, 0.005), "gpt-oss-20b": (False, 0.005),
+}
+
+
+@pytest.mark.parametrize(("name", "convention"), ACTIVE_CONVENTION.items())
+def test_published_active_params(name: str, convention: tuple[bool, float]) -> None:
+    with_embedding, tolerance = convention
+    spec = get_model(name)
+    published = json.loads((CONFIG_DIR / f"{name}.json").read_text())["_published_active_params"]
+    active = spec.active_params() - (0 if with_embedding else spec.embedding_params())
+    assert abs(active / published - 1) < tolerance
+    assert spec.active_params() < spec.total_params() / 4  # sparse: most experts idle per token
+
+
 def test_kv_cache_per_token() -> None:
     assert get_model("llama-3.1-70b").kv_cache_elements_per_token() == 80 * 2 * 8 * 128 == 163_840
     assert get_model("deepseek-v3").kv_cache_elements_per_token() == 61 * (512 + 64)
@@ -161,10 +182,10 @@ def test_falcon_refinedweb_keys() -> None:
 
 
 def test_unknown_model_type_uses_llama_keys() -> None:
-    cfg = {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+    cfg = {"model_type": "my_llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
            "intermediate_size": 128, "vocab_size": 100, "tie_word_embeddings": True}
     spec = from_hf_config(cfg)
-    assert spec.name == "qwen2" and spec.head_dim == 16 and spec.num_kv_heads == 4
+    assert spec.name == "my_llama" and spec.head_dim == 16 and spec.num_kv_heads == 4
     assert spec.total_params() == 100 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128 + 2 * 64) + 64
 
 

@@ -1,0 +1,347 @@
+"""Readers of Hugging Face ``config.json`` files, one per model family, into :class:`~simcore.models.ModelSpec`.
+
+Families: llama / mistral / mixtral / qwen2 / qwen3 (:mod:`simcore.hf_families` holds the MoE ones:
+qwen2_moe / qwen3_moe, deepseek_v2 / v3 / kimi_k2, gpt_oss, llama4, minimax_m2), falcon, gptj. A
+multimodal config is read through its ``text_config``. Nothing is guessed in silence:
+
+- an architecture whose cost the catalog cannot express (linear attention, state-space layers,
+  DeepSeek sparse attention) is refused by name (:data:`REJECTED`);
+- after a family has read its fields, any structural field left unread (experts, MoE layout,
+  windows, linear attention...) is an error naming it, so a Qwen3-MoE config can no longer load as a
+  dense model. An unknown ``model_type`` is read with llama keys under the same rule.
+
+Every failure is a one-line :class:`ModelConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ModelConfigError", "from_hf_config", "REJECTED", "SPEC_TYPE", "Reader", "qwen_attention", "window",
+           "windowed_layers"]
+
+SPEC_TYPE = "simcore_spec"
+_MISSING = object()
+
+#: model_type -> why the catalog refuses it (its attention is not softmax attention over the KV cache).
+REJECTED = {
+    "qwen3_next": "hybrid Gated DeltaNet linear attention", "qwen3_5": "hybrid Gated DeltaNet linear attention",
+    "qwen3_5_moe": "hybrid Gated DeltaNet linear attention", "qwen3_5_text": "hybrid Gated DeltaNet linear attention",
+    "qwen3_5_moe_text": "hybrid Gated DeltaNet linear attention",
+    "deepseek_v32": "DeepSeek sparse attention (lightning indexer + top-k KV selection)",
+    "glm_moe_dsa": "DeepSeek sparse attention (lightning indexer + top-k KV selection)",
+    "minimax": "lightning linear attention", "minimax_text_01": "lightning linear attention",
+    "minimax_m1": "lightning linear attention", "kimi_linear": "Kimi delta linear attention",
+    "jamba": "Mamba state-space layers", "mamba": "Mamba state-space layers", "mamba2": "Mamba state-space layers",
+    "falcon_h1": "Mamba state-space layers", "nemotron_h": "Mamba state-space layers",
+    "zamba": "Mamba state-space layers", "zamba2": "Mamba state-space layers", "bamba": "Mamba state-space layers",
+    "granitemoehybrid": "Mamba state-space layers", "lfm2": "short convolution layers",
+    "recurrent_gemma": "recurrent (RG-LRU) layers", "rwkv": "RWKV recurrence",
+}
+# Fields that change a model's structure or cost; one left unread by its family's reader is an error.
+_STRUCTURAL = re.compile(r"expert|moe|sparse|router|routing|mamba|ssm|linear|window|layer_type|lora|index|chunk"
+                         r"|nextn|mtp|shared|dsa|attn_type|block_type|hybrid|conv|recurrent|delta|num_experts")
+# Read by no family on purpose: training-only losses and routing-score details that leave shapes alone.
+_TRAINING_ONLY = frozenset({
+    "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "router_z_loss_coef",
+    "aux_loss_alpha", "seq_aux", "norm_topk_prob", "routed_scaling_factor", "scoring_func", "n_group",
+    "topk_group", "ep_size", "moe_aux_loss_coeff",
+})
+
+
+class ModelConfigError(ValueError):
+    """A model config file or dict that cannot be turned into a :class:`ModelSpec` (one-line message)."""
+
+
+class Reader:
+    """Typed access to one config dict; records what it read; every failure is a one-line error."""
+
+    def __init__(self, cfg: Mapping[str, Any], label: str) -> None:
+        self.cfg, self.label = cfg, label
+        self.used: set[str] = set()
+
+    def error(self, message: str) -> ModelConfigError:
+        return ModelConfigError(f"{self.label}: {message}")
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is present and not null (marks it read)."""
+        self.used.add(key)
+        return self.cfg.get(key) is not None
+
+    def ignore(self, *keys: str) -> None:
+        """Mark fields as deliberately not modelled (e.g. multi-token-prediction modules)."""
+        self.used.update(keys)
+
+    def _lookup(self, keys: tuple[str, ...], default: Any) -> tuple[str, Any]:
+        self.used.update(keys)
+        for key in keys:
+            if self.cfg.get(key) is not None:
+                return key, self.cfg[key]
+        if default is _MISSING:
+            raise self.error(f"field {keys[0]!r} is missing" + (f" (also tried {', '.join(keys[1:])})"
+                                                               if len(keys) > 1 else ""))
+        return keys[0], default
+
+    def int(self, *keys: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        """The first present key among ``keys`` as an int >= ``minimum``."""
+        key, value = self._lookup(keys, default)
+        return self._int(key, value, minimum)
+
+    def _int(self, key: str, value: Any, minimum: int) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.error(f"field {key!r} must be {kind}, got {_short(value)}")
+        return value
+
+    def same_int(self, *keys: str, default: Any = _MISSING, minimum: int = 1) -> int:
+        """Like :meth:`int`, but every present key must hold the same value (conflicting fields fail)."""
+        values = {k: self._int(k, self.cfg[k], minimum) for k in keys if self.cfg.get(k) is not None}
+        if len(set(values.values())) > 1:
+            raise self.error("conflicting fields " + ", ".join(f"{k}={v}" for k, v in values.items()))
+        return self.int(*keys, default=default, minimum=minimum)
+
+    def int_list(self, key: str, default: tuple[int, ...] = ()) -> tuple[int, ...]:
+        _, value = self._lookup((key,), default)
+        if not isinstance(value, list | tuple):
+            raise self.error(f"field {key!r} must be a list of integers, got {_short(value)}")
+        return tuple(self._int(key, v, 0) for v in value)
+
+    def str_list(self, key: str) -> tuple[str, ...] | None:
+        _, value = self._lookup((key,), None)
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise self.error(f"field {key!r} must be a list of strings, got {_short(value)}")
+        return tuple(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        _, value = self._lookup((key,), default)
+        if not isinstance(value, bool):
+            raise self.error(f"field {key!r} must be true or false, got {_short(value)}")
+        return value
+
+    def number(self, key: str, default: float) -> float:
+        _, value = self._lookup((key,), default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.error(f"field {key!r} must be a non-negative number, got {_short(value)}")
+        return float(value)
+
+    def head_dim(self, hidden: int, heads: int, heads_key: str) -> int:
+        if self.has("head_dim"):
+            return self.int("head_dim")
+        if hidden % heads:
+            raise self.error(f"field {heads_key!r}={heads} does not divide hidden size {hidden}")
+        return hidden // heads
+
+    def unread_structural(self) -> list[str]:
+        """Structural fields with a value that no reader consumed."""
+        return sorted(k for k, v in self.cfg.items()
+                      if _STRUCTURAL.search(k) and k not in self.used and k not in _TRAINING_ONLY
+                      and not k.startswith("_") and v not in (None, False, 0, "", [], {}))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _common(r: Reader) -> dict[str, Any]:
+    return {"published_params": r.number("_published_params", 0.0),
+            "max_position_embeddings": r.int("max_position_embeddings", "n_positions", default=0, minimum=0)}
+
+
+_FULL, _WINDOWED = ("full_attention",), ("sliding_attention", "chunked_attention")
+
+
+def windowed_layers(r: Reader, layers: int, default: list[bool]) -> list[int]:
+    """Layers whose attention is windowed (sliding or chunked), from ``layer_types`` else ``default``."""
+    kinds = r.str_list("layer_types")
+    if kinds is None:
+        return [i for i, w in enumerate(default) if w]
+    if len(kinds) != layers:
+        raise r.error(f"field 'layer_types' has {len(kinds)} entries for num_hidden_layers={layers}")
+    unknown = sorted(set(kinds) - set(_FULL) - set(_WINDOWED))
+    if unknown:
+        raise r.error(f"field 'layer_types' has {', '.join(map(repr, unknown))} layers, "
+                      "which the cost model does not express (only full, sliding and chunked attention)")
+    return [i for i, kind in enumerate(kinds) if kind in _WINDOWED]
+
+
+def window(r: Reader, num_layers: int, layers: list[int] | range) -> dict[str, Any]:
+    """``sliding_window`` over ``layers`` unless ``layer_types`` says which layers are windowed (none
+    when the window is null or covers no layer)."""
+    size = r.int("sliding_window", default=0, minimum=0)
+    default = set(layers)
+    layers = windowed_layers(r, num_layers, [i in default for i in range(num_layers)])
+    return {"sliding_window": size, "window_layers": tuple(layers)} if size and layers else {}
+
+
+def _parse_llama(r: Reader) -> dict[str, Any]:
+    """Llama, Mistral, Mixtral (``intermediate_size`` is then the expert size), Qwen2/Qwen3 dense."""
+    hidden, heads = r.int("hidden_size"), r.int("num_attention_heads")
+    ffn, layers = r.int("intermediate_size"), r.int("num_hidden_layers")
+    spec = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
+            "num_kv_heads": r.int("num_key_value_heads", default=heads),
+            "head_dim": r.head_dim(hidden, heads, "num_attention_heads"), "ffn_size": ffn,
+            "vocab_size": r.int("vocab_size"), "tied_embeddings": r.flag("tie_word_embeddings", False),
+            "attention_bias": r.flag("attention_bias", False), "mlp_bias": r.flag("mlp_bias", False)}
+    model_type = r.cfg.get("model_type")
+    if model_type in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        spec.update(qwen_attention(r, layers))
+    else:
+        spec.update(window(r, layers, range(layers)))  # Mistral v0.1: every layer
+    if r.has("num_local_experts"):
+        spec.update(num_experts=r.int("num_local_experts"), top_k=r.int("num_experts_per_tok"),
+                    expert_ffn_size=ffn)
+    return spec
+
+
+def qwen_attention(r: Reader, layers: int) -> dict[str, Any]:
+    """Qwen2: q/k/v biases; Qwen3: per-head q/k RMSNorm; both: optional window on the top layers."""
+    out: dict[str, Any] = {}
+    if r.cfg.get("model_type", "").startswith("qwen2"):
+        out.update(qkv_bias=True, attention_bias=False)
+    else:
+        out["qk_norm"] = "head"
+    r.ignore("max_window_layers", "sliding_window")
+    first = layers  # HF: with use_sliding_window, layers >= max_window_layers use the window
+    if r.flag("use_sliding_window", False):
+        first = r.int("max_window_layers", default=layers, minimum=0)
+    out.update(window(r, layers, range(first, layers)))
+    return out
+
+
+def _parse_gptj(r: Reader) -> dict[str, Any]:
+    """GPT-J: parallel attention + GeLU MLP with biases, one LayerNorm per layer, biased lm_head."""
+    hidden, heads = r.int("n_embd"), r.int("n_head")
+    return {"num_layers": r.int("n_layer"), "hidden_size": hidden, "num_heads": heads, "num_kv_heads": heads,
+            "head_dim": r.head_dim(hidden, heads, "n_head"), "ffn_size": r.int("n_inner", default=4 * hidden),
+            "vocab_size": r.int("vocab_size"), "tied_embeddings": r.flag("tie_word_embeddings", False),
+            "gated_mlp": False, "mlp_bias": True, "lm_head_bias": True, "norm_bias": True,
+            "norms_per_layer": 1, "parallel_attention": True}
+
+
+def _parse_falcon(r: Reader) -> dict[str, Any]:
+    """Falcon / RefinedWeb: GeLU MLP, LayerNorm with bias, tied embeddings by default."""
+    hidden, heads = r.int("hidden_size", "n_embd"), r.int("num_attention_heads", "n_head")
+    new_arch = r.flag("new_decoder_architecture", r.cfg.get("model_type") == "RefinedWeb")
+    parallel = r.flag("parallel_attn", True)
+    if new_arch:
+        kv_heads = r.int("num_kv_heads", "n_head_kv", default=heads)
+        norms = r.int("num_ln_in_parallel_attn", default=2)
+    else:
+        kv_heads = 1 if r.flag("multi_query", True) else heads
+        norms = 1 if parallel else 2
+    bias = r.flag("bias", False)
+    return {"num_layers": r.int("num_hidden_layers", "n_layer"), "hidden_size": hidden, "num_heads": heads,
+            "num_kv_heads": kv_heads, "head_dim": r.head_dim(hidden, heads, "num_attention_heads"),
+            "ffn_size": r.int("ffn_hidden_size", default=4 * hidden), "vocab_size": r.int("vocab_size"),
+            "tied_embeddings": r.flag("tie_word_embeddings", True), "gated_mlp": False,
+            "attention_bias": bias, "mlp_bias": bias, "norm_bias": True, "norms_per_layer": norms,
+            "parallel_attention": parallel}
+
+
+def _parse_spec(r: Reader) -> dict[str, Any]:
+    """The output of :meth:`ModelSpec.to_dict`: dataclass fields verbatim, type-checked."""
+    from .models import ModelSpec
+
+    fields = {f.name: f for f in dataclasses.fields(ModelSpec) if f.name != "name"}
+    unknown = set(r.cfg) - set(fields) - {"model_type", "name"}
+    if unknown:
+        raise r.error(f"unknown field(s) {', '.join(sorted(unknown))} for model_type {SPEC_TYPE!r}")
+    out: dict[str, Any] = {}
+    for key, field in fields.items():
+        required = field.default is dataclasses.MISSING
+        if field.type == "bool":
+            out[key] = r.flag(key, field.default)
+        elif field.type == "float":
+            out[key] = r.number(key, field.default)
+        elif field.type == "str":
+            out[key] = str(r.cfg.get(key, field.default))
+        elif field.type.startswith("tuple"):
+            out[key] = r.int_list(key, field.default)
+        else:
+            out[key] = r.int(key, default=_MISSING if required else field.default, minimum=int(required))
+    r.ignore(*r.cfg)
+    return out
+
+
+def _parsers() -> dict[str, Callable[[Reader], dict[str, Any]]]:
+    from . import hf_families as fam
+
+    llama = {t: _parse_llama for t in ("llama", "mistral", "mixtral", "qwen2", "qwen3")}
+    return {**llama, "gptj": _parse_gptj, "falcon": _parse_falcon, "RefinedWeb": _parse_falcon,
+            "RefinedWebModel": _parse_falcon, "deepseek_v3": fam.parse_deepseek, "deepseek_v2": fam.parse_deepseek,
+            "kimi_k2": fam.parse_deepseek, "qwen2_moe": fam.parse_qwen_moe, "qwen3_moe": fam.parse_qwen_moe,
+            "gpt_oss": fam.parse_gpt_oss, "llama4_text": fam.parse_llama4, "minimax_m2": fam.parse_minimax_m2,
+            SPEC_TYPE: _parse_spec}
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ModelConfigError(f"{path}: cannot read model config ({exc.strerror or exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") \
+            from None
+
+
+def _text_model(cfg: Mapping[str, Any], reader: Reader) -> Mapping[str, Any]:
+    """A multimodal config's ``text_config`` (with the outer ``_`` keys), else the config itself."""
+    outer = cfg.get("model_type")
+    if outer in REJECTED:
+        raise reader.error(f"model_type {outer!r} has {REJECTED[outer]}, which the cost model does not express")
+    inner = cfg.get("text_config")
+    if not isinstance(inner, Mapping) or cfg.get("num_hidden_layers") is not None:
+        return cfg
+    return {**inner, **{k: v for k, v in cfg.items() if k.startswith("_")}}
+
+
+def from_hf_config(source: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None):
+    """Build a :class:`~simcore.models.ModelSpec` from a Hugging Face ``config.json`` (path) or its dict.
+
+    Reads the families listed in the module docstring; an unknown ``model_type`` is read with
+    llama-style keys unless it has structural fields that reading would ignore. The optional
+    ``_published_params`` key sets ``published_params``. The name defaults to ``name``/``_name`` in
+    the dict, else the file stem, else the model type. Raises :class:`ModelConfigError` naming the
+    file and field.
+    """
+    from .models import ModelSpec
+
+    if isinstance(source, Mapping):
+        cfg, label, stem = source, "model config <dict>", None
+    else:
+        path = Path(source)
+        cfg, label, stem = _load_json(path), str(path), path.stem
+    reader = Reader(cfg if isinstance(cfg, Mapping) else {}, label)
+    if not isinstance(cfg, Mapping):
+        raise reader.error(f"top level must be a JSON object, got {type(cfg).__name__}")
+    cfg = _text_model(cfg, reader)
+    reader = Reader(cfg, label)
+    model_type = cfg.get("model_type", "llama")
+    if not isinstance(model_type, str):
+        raise reader.error(f"field 'model_type' must be a string, got {_short(model_type)}")
+    if model_type in REJECTED:
+        raise reader.error(f"model_type {model_type!r} has {REJECTED[model_type]}, "
+                           "which the cost model does not express")
+    spec_name = name or cfg.get("name") or cfg.get("_name") or stem or model_type
+    fields = {**_common(reader), **_parsers().get(model_type, _parse_llama)(reader)}
+    unread = reader.unread_structural()
+    if unread:
+        raise reader.error(f"field(s) {', '.join(unread)} not understood for model_type {model_type!r}; "
+                           "reading the config without them would model another network")
+    try:
+        return ModelSpec(name=str(spec_name), **fields)
+    except (TypeError, ValueError) as exc:
+        raise reader.error(str(exc).splitlines()[0]) from None

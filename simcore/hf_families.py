@@ -1,0 +1,140 @@
+"""Readers of the MoE families' ``config.json`` (see :mod:`simcore.hf_config` for the rules they follow).
+
+Each reader returns :class:`~simcore.models.ModelSpec` fields. Where a config leaves a field out, the
+default is the one the family's Hugging Face ``transformers`` model uses. Multi-token-prediction
+modules (DeepSeek ``num_nextn_predict_layers``, MiniMax ``num_mtp_modules``) are not counted, as the
+published totals of the main models do not count them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .hf_config import Reader, qwen_attention, windowed_layers
+
+__all__ = ["parse_deepseek", "parse_qwen_moe", "parse_gpt_oss", "parse_llama4", "parse_minimax_m2"]
+
+def _base(r: Reader) -> dict[str, Any]:
+    hidden, heads = r.int("hidden_size"), r.int("num_attention_heads")
+    return {"num_layers": r.int("num_hidden_layers"), "hidden_size": hidden, "num_heads": heads,
+            "num_kv_heads": r.int("num_key_value_heads", default=heads),
+            "head_dim": r.head_dim(hidden, heads, "num_attention_heads"), "vocab_size": r.int("vocab_size"),
+            "tied_embeddings": r.flag("tie_word_embeddings", False)}
+
+
+def _shared_experts(r: Reader, key: str, expert: int) -> int:
+    """Shared experts of ``expert`` width equal to one shared MLP of width ``cfg[key]`` (0 if none)."""
+    shared = r.int(key, default=0, minimum=0)
+    if shared % expert:
+        raise r.error(f"field {key!r}={shared} is not a multiple of the expert size {expert}; "
+                      "a shared expert of another width is not expressible")
+    return shared // expert
+
+
+def parse_deepseek(r: Reader) -> dict[str, Any]:
+    """DeepSeek-V2/V3/R1 and Kimi-K2: MLA attention, shared + routed experts after dense layers."""
+    heads = r.int("num_attention_heads")
+    nope, rope = r.int("qk_nope_head_dim"), r.int("qk_rope_head_dim")
+    r.ignore("num_nextn_predict_layers")
+    spec = {"num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"), "num_heads": heads,
+            "num_kv_heads": r.int("num_key_value_heads", default=heads), "head_dim": nope + rope,
+            "ffn_size": r.int("intermediate_size"), "vocab_size": r.int("vocab_size"),
+            "tied_embeddings": r.flag("tie_word_embeddings", False),
+            "attention_bias": r.flag("attention_bias", False),
+            "q_lora_rank": r.int("q_lora_rank", default=0, minimum=0), "kv_lora_rank": r.int("kv_lora_rank"),
+            "qk_nope_head_dim": nope, "qk_rope_head_dim": rope, "v_head_dim": r.int("v_head_dim")}
+    if r.has("n_routed_experts"):
+        spec.update(num_experts=r.int("n_routed_experts"), top_k=r.int("num_experts_per_tok"),
+                    num_shared_experts=r.int("n_shared_experts", default=0, minimum=0),
+                    expert_ffn_size=r.int("moe_intermediate_size"),
+                    dense_first_layers=r.int("first_k_dense_replace", default=0, minimum=0),
+                    moe_layer_freq=r.int("moe_layer_freq", default=1),
+                    router_bias=r.cfg.get("topk_method") == "noaux_tc")
+        r.ignore("topk_method")
+    return spec
+
+
+def parse_qwen_moe(r: Reader) -> dict[str, Any]:
+    """Qwen2-MoE / Qwen3-MoE: layer i is MoE iff not in ``mlp_only_layers`` and ``(i + 1) %
+    decoder_sparse_step == 0``; Qwen2-MoE adds one gated shared expert of its own width."""
+    spec = _base(r)
+    layers = spec["num_layers"]
+    spec.update(ffn_size=r.int("intermediate_size"), attention_bias=r.flag("attention_bias", False))
+    spec.update(qwen_attention(r, layers))
+    step = r.int("decoder_sparse_step", default=1)
+    dense = set(r.int_list("mlp_only_layers"))
+    moe = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    if not moe:
+        raise r.error(f"fields 'mlp_only_layers' / 'decoder_sparse_step'={step} leave no MoE layer")
+    expert = r.int("moe_intermediate_size")
+    shared = _shared_experts(r, "shared_expert_intermediate_size", expert) \
+        if r.cfg.get("model_type") == "qwen2_moe" else 0
+    spec.update(num_experts=r.same_int("num_experts", "num_local_experts"), top_k=r.int("num_experts_per_tok"),
+                expert_ffn_size=expert, num_shared_experts=shared, shared_expert_gate=shared > 0, moe_layers=moe)
+    return spec
+
+
+def parse_gpt_oss(r: Reader) -> dict[str, Any]:
+    """gpt-oss: alternating sliding-window (``layer_types``) and full attention with per-head sinks and
+    biases; every layer MoE with biased experts and router."""
+    spec = _base(r)
+    layers = spec["num_layers"]
+    ffn = r.int("intermediate_size")
+    # transformers' default: even layers sliding, odd layers full
+    windowed = windowed_layers(r, layers, [(i + 1) % 2 == 1 for i in range(layers)])
+    size = r.int("sliding_window", default=128, minimum=1)
+    spec.update(ffn_size=ffn, expert_ffn_size=ffn, num_experts=r.same_int("num_local_experts", "num_experts"),
+                top_k=r.same_int("num_experts_per_tok", "experts_per_token"),
+                attention_bias=r.flag("attention_bias", True), mlp_bias=True, router_bias=True,
+                attention_sinks=True)
+    if windowed:
+        spec.update(sliding_window=size, window_layers=tuple(windowed))
+    return spec
+
+
+def parse_llama4(r: Reader) -> dict[str, Any]:
+    """Llama-4 text model: MoE layers every ``interleave_moe_layer_step`` (or ``moe_layers``), each with
+    one shared expert; dense layers of ``intermediate_size_mlp``; chunked attention on RoPE layers."""
+    spec = _base(r)
+    layers = spec["num_layers"]
+    step = r.int("interleave_moe_layer_step", default=1)
+    derived = tuple(range(step - 1, layers, step))
+    moe = r.int_list("moe_layers") or derived
+    if r.has("interleave_moe_layer_step") and moe != derived:
+        raise r.error(f"conflicting fields 'moe_layers' and 'interleave_moe_layer_step'={step}")
+    r.ignore("use_qk_norm")  # an L2 norm without weights
+    interval = r.int("no_rope_layer_interval", default=4)
+    rope = r.int_list("no_rope_layers") or tuple(int((i + 1) % interval != 0) for i in range(layers))
+    chunk = r.int("attention_chunk_size", default=0, minimum=0)
+    windowed = windowed_layers(r, layers, [bool(chunk) and bool(v) for v in rope])
+    spec.update(ffn_size=r.int("intermediate_size_mlp"), expert_ffn_size=r.int("intermediate_size"),
+                num_experts=r.int("num_local_experts"), top_k=r.int("num_experts_per_tok"), num_shared_experts=1,
+                attention_bias=r.flag("attention_bias", False), moe_layers=moe)
+    if windowed and chunk:  # a chunk-local layer sees at most chunk tokens (the window is its upper bound)
+        spec.update(sliding_window=chunk, window_layers=tuple(windowed))
+    return spec
+
+
+def parse_minimax_m2(r: Reader) -> dict[str, Any]:
+    """MiniMax-M2: GQA with full-width q/k RMSNorm, every layer MoE with a biased sigmoid router."""
+    spec = _base(r)
+    layers = spec["num_layers"]
+    kinds = r.int_list("attn_type_list", default=(1,) * layers)
+    linear = [i for i, k in enumerate(kinds) if k != 1]
+    if linear:
+        raise r.error(f"field 'attn_type_list' marks {len(linear)} lightning linear-attention layers "
+                      f"(first {linear[0]}), which the cost model does not express")
+    expert = r.int("intermediate_size")
+    r.ignore("num_mtp_modules", "mtp_transformer_layers", "use_mtp")
+    qk = "none"
+    if r.flag("use_qk_norm", False):
+        qk = "layer" if r.cfg.get("qk_norm_type", "per_layer") == "per_layer" else "head"
+        r.ignore("qk_norm_type")
+    spec.update(ffn_size=expert, expert_ffn_size=expert, num_experts=r.int("num_local_experts"),
+                top_k=r.int("num_experts_per_tok"), router_bias=r.flag("use_routing_bias", False),
+                num_shared_experts=_shared_experts(r, "shared_intermediate_size", expert),
+                attention_bias=r.flag("attention_bias", False), qk_norm=qk)
+    size = r.int("sliding_window", default=0, minimum=0)
+    if size:
+        spec.update(sliding_window=size, window_layers=tuple(range(layers)))
+    return spec

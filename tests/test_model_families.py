@@ -1,0 +1,156 @@
+"""The current model families read from config.json: MoE layouts, sliding windows, sinks, refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from simcore.lowering import StrategyArrays, lower
+from simcore.memory import memory_per_gpu_bytes, stage_layers
+from simcore.models import CONFIG_DIR, ModelConfigError, from_hf_config, get_model
+from simcore.strategy import megatron_strategy
+from tests.conftest import make_ctx
+
+
+def _raw(name: str) -> dict:
+    return {k: v for k, v in json.loads((CONFIG_DIR / f"{name}.json").read_text()).items() if not k.startswith("_")}
+
+
+def _tiny(model_type: str, **changes) -> dict:
+    cfg = {"model_type": model_type, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_hidden_layers": 4, "intermediate_size": 96, "vocab_size": 100, "head_dim": 16}
+    cfg.update(changes)
+    return cfg
+
+
+def _refused(cfg: dict, *words: str) -> str:
+    with pytest.raises(ModelConfigError) as info:
+        from_hf_config(cfg)
+    message = str(info.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+    return message
+
+
+def test_qwen3_moe_config_is_moe_not_dense() -> None:
+    spec = get_model("qwen3-235b-a22b")
+    assert spec.is_moe and spec.num_moe_layers == 94 and (spec.num_experts, spec.top_k) == (128, 8)
+    assert spec.expert_params() == 3 * 4096 * 1536 and spec.qk_norm == "head"
+    # the issue's case: the same keys under a dense model_type are refused, naming what would be ignored
+    _refused({**_raw("qwen3-235b-a22b"), "model_type": "qwen3"}, "num_experts", "moe_intermediate_size")
+    _refused({**_raw("qwen3-235b-a22b"), "model_type": "some_new_moe"}, "num_experts")
+
+
+def test_qwen_moe_layer_pattern_and_hand_count() -> None:
+    cfg = _tiny("qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                decoder_sparse_step=1, mlp_only_layers=[0, 2])
+    spec = from_hf_config(cfg)
+    assert spec.moe_layers == (1, 3) and [spec.layer_is_moe(i) for i in range(4)] == [False, True, False, True]
+    attn = 64 * (64 + 2 * 32) + 64 * 64 + 2 * 16  # q, k, v, o + per-head q/k norms
+    dense, moe = 3 * 64 * 96, 4 * 3 * 64 * 32 + 4 * 64
+    assert spec.total_params() == 2 * 100 * 64 + 64 + 4 * (attn + 2 * 64) + 2 * dense + 2 * moe
+    assert from_hf_config(_tiny("qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                decoder_sparse_step=2)).moe_layers == (1, 3)
+    _refused(_tiny("qwen3_moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                   mlp_only_layers=[0, 1, 2, 3]), "mlp_only_layers")
+
+
+def test_qwen2_shared_expert_of_its_own_width() -> None:
+    spec = get_model("qwen2-57b-a14b")
+    assert spec.qkv_bias and not spec.attention_bias and spec.shared_expert_gate
+    assert spec.num_shared_experts * spec.expert_ffn_size == 20480  # one shared MLP of 20480
+    layer = (3584 * (3584 + 2 * 512) + 3584 * 3584 + 3584 + 2 * 512  # q/k/v/o and q/k/v biases
+             + 64 * 3 * 3584 * 2560 + 3 * 3584 * 20480 + 64 * 3584 + 3584 + 2 * 3584)  # experts, gates, norms
+    assert spec.layer_params(0) == layer
+    _refused({**_raw("qwen2-57b-a14b"), "shared_expert_intermediate_size": 20000},
+             "shared_expert_intermediate_size")
+
+
+def test_qwen2_dense_has_qkv_biases() -> None:
+    spec = from_hf_config(_tiny("qwen2", num_key_value_heads=4, head_dim=None, tie_word_embeddings=True))
+    assert spec.attention_params() == 4 * 64 * 64 + 3 * 64
+
+
+def test_gpt_oss_windows_sinks_and_biases() -> None:
+    spec = get_model("gpt-oss-120b")
+    assert spec.window_layers == tuple(range(0, 36, 2)) and spec.sliding_window == 128
+    assert spec.attention_sinks and spec.router_bias and spec.mlp_bias and spec.attention_bias
+    assert spec.attention_params() == 2880 * (4096 + 1024) + 4096 * 2880 + (4096 + 1024 + 2880) + 64
+    assert spec.expert_params() == 3 * 2880 * 2880 + 2 * 2880 + 2880
+    assert spec.attention_context(4096.0) == (18 * 4096 + 18 * 128) / 36
+    assert spec.attention_context(100.0) == 100.0
+    np.testing.assert_allclose(spec.attention_context(np.array([64.0, 8192.0])), [64.0, (8192 + 128) / 2])
+    assert spec.prefill_attention_pairs(1000.0) == (1000.0**2 / 2 + 128 * 1000 - 128**2 / 2) / 2
+    _refused({**_raw("gpt-oss-120b"), "experts_per_token": 2}, "experts_per_token=2", "num_experts_per_tok=4")
+
+
+def test_unwindowed_model_is_unchanged() -> None:
+    spec = get_model("llama-3.1-70b")
+    assert spec.attention_context(4096.0) == 4096.0 and spec.prefill_attention_pairs(512.0) == 512.0**2 / 2
+
+
+def test_decode_attention_and_kv_memory_use_the_window() -> None:
+    ctx = make_ctx("gpt-oss-120b", 8, "decode", input_len=8192, output_len=1)
+    full = dataclasses.replace(ctx, model=dataclasses.replace(ctx.model, sliding_window=0, window_layers=()))
+    s = StrategyArrays.from_strategies([megatron_strategy(tp=8, batch=8)])
+
+    def attention_flops(c):
+        return next(t.flops for t in lower(c, s, "decode", 8192.0)["moe_layer"] if t.name == "attention")
+
+    ratio = float(attention_flops(ctx)[0] / attention_flops(full)[0])
+    assert ratio == pytest.approx((8192 + 128) / 2 / 8192)
+    kv_full = full.model.kv_cache_elements_per_token() / 36 * ctx.workload.kv_bytes
+    saved = 36 * kv_full * (ctx.workload.max_context - ctx.model.attention_context(ctx.workload.max_context)) * 8 / 8
+    freed = memory_per_gpu_bytes(full, s)[0] - memory_per_gpu_bytes(ctx, s)[0]
+    assert freed == pytest.approx(saved)
+
+
+def test_llama4_interleaved_moe_and_chunked_attention() -> None:
+    scout, maverick = get_model("llama-4-scout"), get_model("llama-4-maverick")
+    assert scout.num_moe_layers == 48 and maverick.moe_layers == tuple(range(1, 48, 2))
+    assert (maverick.ffn_size, maverick.expert_ffn_size, maverick.num_shared_experts) == (16384, 8192, 1)
+    assert scout.window_layers == tuple(i for i in range(48) if (i + 1) % 4) and scout.sliding_window == 8192
+    dense, moe, _ = stage_layers(maverick, np.array([2, 4]))
+    assert dense[0].tolist() == [12, 12, 0, 0] and moe[0].tolist() == [12, 12, 0, 0]
+    assert dense[1].tolist() == [6, 6, 6, 6] and moe[1].tolist() == [6, 6, 6, 6]
+    text = _raw("llama-4-maverick")["text_config"]
+    _refused({**text, "interleave_moe_layer_step": 1}, "moe_layers", "interleave_moe_layer_step")
+
+
+def test_dense_first_layers_stay_at_the_front() -> None:
+    dense, moe, _ = stage_layers(get_model("deepseek-v3"), np.array([4]))
+    assert dense[0].tolist() == [3, 0, 0, 0] and (dense + moe)[0].tolist() == [16, 15, 15, 15]
+
+
+def test_multimodal_nesting_reads_the_text_model() -> None:
+    k2 = get_model("kimi-k2")
+    k25 = {"model_type": "kimi_k25", "architectures": ["KimiK25ForConditionalGeneration"],
+           "vision_config": {"hidden_size": 1152}, "text_config": _raw("kimi-k2")}
+    assert from_hf_config(k25, name="kimi-k2") == dataclasses.replace(k2, published_params=0.0)
+    assert (k2.num_experts, k2.num_heads, k2.dense_first_layers) == (384, 64, 1)
+
+
+@pytest.mark.parametrize(("model_type", "reason"), [
+    ("qwen3_next", "linear attention"), ("qwen3_5_moe", "linear attention"), ("glm_moe_dsa", "sparse attention"),
+    ("deepseek_v32", "sparse attention"), ("jamba", "state-space"), ("minimax_m1", "linear attention"),
+])
+def test_architectures_it_cannot_express_are_refused(model_type: str, reason: str) -> None:
+    _refused(_tiny(model_type), model_type, reason)
+    _refused({"model_type": "wrapper", "text_config": _tiny(model_type)}, model_type)
+
+
+def test_linear_attention_layers_are_refused() -> None:
+    _refused(_tiny("my_hybrid", layer_types=["linear_attention", "full_attention"] * 2), "linear_attention")
+    _refused({**_raw("minimax-m2"), "attn_type_list": [0] + [1] * 61}, "attn_type_list")
+    _refused(_tiny("gpt_oss", num_local_experts=4, num_experts_per_tok=2,
+                   layer_types=["sliding_attention", "linear_attention"] * 2), "linear_attention")
+
+
+def test_minimax_m2_shape() -> None:
+    spec = get_model("minimax-m2")
+    assert spec.qk_norm == "layer" and spec.router_bias and spec.num_shared_experts == 0
+    assert spec.attention_params() == 3072 * (6144 + 2 * 1024) + 6144 * 3072 + 6144 + 1024
