@@ -112,10 +112,12 @@ def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):
 
 
 def build_context(model: ModelConfig, hardware: HardwareConfig, topology: TopologyConfig,
-                  workload: WorkloadConfig):
-    """The :class:`~simcore.lowering.CostContext` of a composed config."""
+                  workload: WorkloadConfig, sim=None):
+    """The :class:`~simcore.lowering.CostContext` of a composed config; with ``sim`` (the ``sim``
+    node) its MoE routing reaches the proxy, which then prices the expected routing skew."""
     from .lowering import CostContext
     from .models import get_model
 
+    routing = None if sim is None else build_engine_config(sim).routing
     return CostContext(model=get_model(model.name), workload=build_workload(workload),
-                       cluster=build_cluster(topology, hardware))
+                       cluster=build_cluster(topology, hardware), routing=routing)

@@ -45,6 +45,11 @@ class StrategyArrays:
     batch: np.ndarray
     microbatches: np.ndarray
     choice: dict[str, np.ndarray]
+    redundant: np.ndarray | None = None  # redundant expert replicas (None: 0 for every strategy)
+
+    def __post_init__(self) -> None:
+        if self.redundant is None:
+            self.redundant = np.zeros(len(self.tp), dtype=np.int64)
 
     @classmethod
     def from_strategies(cls, strategies: list[Strategy]) -> StrategyArrays:
@@ -53,11 +58,14 @@ class StrategyArrays:
 
     @classmethod
     def from_keys(cls, keys: np.ndarray) -> StrategyArrays:
-        """From rows of :meth:`Strategy.key` (6 degrees then one code per operator)."""
+        """From rows of :meth:`Strategy.key` (6 degrees, one code per operator, then the redundant
+        experts; rows without that last column mean none)."""
         keys = np.asarray(keys, dtype=np.int64)
         cols = [keys[:, i] for i in range(6)]
         choice = {op: keys[:, 6 + i] for i, op in enumerate(SEARCHABLE_OPS)}
-        return cls(*cols, choice=choice)
+        n = 6 + len(SEARCHABLE_OPS)
+        redundant = keys[:, n] if keys.shape[1] > n else None
+        return cls(*cols, choice=choice, redundant=redundant)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -95,6 +103,9 @@ class CostContext:
     workload: Workload
     cluster: Cluster
     collective_constants: object | None = None  # NcclConstants override; None = calibrated defaults
+    # simcore.moe.RoutingConfig: the proxy prices the expected busiest expert rank under it and
+    # dispatch/combine by its ``a2a`` algorithm; None = uniform routing, NCCL all-to-all
+    routing: object | None = None
 
 
 def attention_dims(model: ModelSpec, phase: str) -> tuple[int, int]:
@@ -125,8 +136,9 @@ class _Lowerer:
 
     def __init__(self, ctx: CostContext, s: StrategyArrays, phase: str, context_len, expert_load: float = 1.0):
         self.ctx, self.phase = ctx, phase
-        self.expert_load = float(expert_load)
         self.scalar = len(s) == 1
+        load = np.asarray(expert_load, dtype=float)  # one value, or one per strategy
+        self.expert_load = float(load.reshape(-1)[0]) if self.scalar or load.ndim == 0 else load
         self.s = _scalar_view(s) if self.scalar else s
         self.xp = SCALAR if self.scalar else np
         self.m, self.w, self.gpu = ctx.model, ctx.workload, ctx.cluster.gpu
@@ -156,7 +168,7 @@ class _Lowerer:
     def _experts(self, name: str, tokens) -> Task:
         """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped."""
         op, c = self.ops[name], self.s.choice[name]
-        slots = self.xp.ceil(self.m.num_experts / self.s.ep)  # experts on this GPU (spares: redundant)
+        slots = self.xp.ceil((self.m.num_experts + self.s.redundant) / self.s.ep)  # experts and replicas here
         e_total = slots * self.s.ep
         # token copies routed to this GPU's experts, scaled by its routing load (1 = uniform)
         routed = tokens * self.s.ep * self.m.top_k * self.expert_load
@@ -176,13 +188,12 @@ class _Lowerer:
         d_qk, d_v = attention_dims(self.m, self.phase)
         kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_layers * self.w.kv_bytes
         kv_heads_shard = 1.0 if self.m.is_mla else self.xp.minimum(self.t, self.m.num_kv_heads)
-        if self.phase == "decode":  # sliding-window layers attend to at most their window
-            span = self.m.attention_context(self.context)
-            flops_seq = 2.0 * span * heads * (d_qk + d_v)
-            bytes_seq = span * kv_layer + heads * (d_qk + d_v) * self.act
+        if self.phase == "decode":
+            flops_seq = 2.0 * self.context * heads * (d_qk + d_v)
+            bytes_seq = self.context * kv_layer + heads * (d_qk + d_v) * self.act
         else:
             s_len = float(self.w.input_len)
-            flops_seq = 2.0 * self.m.prefill_attention_pairs(s_len) * heads * (d_qk + d_v)
+            flops_seq = 2.0 * (s_len * s_len / 2.0) * heads * (d_qk + d_v)
             bytes_seq = s_len * (kv_layer + 2.0 * heads * (d_qk + d_v) * self.act)
         seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
         flops = flops_seq * seqs_local / self.xp.where(c == 1, self.t, 1.0)
@@ -314,7 +325,22 @@ class _Lowerer:
 
     def _a2a(self, name: str, op: str, size) -> Task:
         coll = self.xp.where(self.s.ep > 1, L.ALL_TO_ALL, L.NONE)
-        return self._coll(name, op, "ep", coll, size)
+        routing = self.ctx.routing
+        if routing is None or routing.a2a != "deepep":
+            return self._coll(name, op, "ep", coll, size)
+        from .moe import fp8_token_bytes, mode_for_phase, uniform_time_s
+
+        h, mode = self.m.hidden_size, mode_for_phase(self.phase)
+        fp8 = name == "dispatch" and min(self.act, self.w.weight_bytes) == 1.0
+        # bytes of one token copy on this GPU (size is the hot GPU's received copies x that)
+        token_bytes = size / self.xp.maximum(self.tokens * self.m.top_k * self.expert_load, 1e-30)
+        token_bytes = token_bytes * (fp8_token_bytes(h) / h if fp8 else 1.0)  # FP8 with its scales
+        time = uniform_time_s(mode, self.tokens, self.m.top_k, token_bytes, self.s.ep, self.rpd["ep"],
+                              self.gpu, self.expert_load)
+        time = self.xp.where(self.s.ep > 1, time, 0.0)
+        time = float(time) if self.scalar else np.asarray(time, dtype=float)
+        return Task(name, op, "comm", time, group="ep", size_bytes=self.xp.where(coll == L.NONE, 0.0, size),
+                    extra={"collective": coll, "algorithm": f"deepep_{mode}"})
 
     def layer(self, moe: bool) -> list[Task]:
         self._moe = moe
@@ -367,7 +393,7 @@ def _scalar_view(s: StrategyArrays) -> SimpleNamespace:
     """One strategy's degrees and choices as Python ints (for the scalar backend)."""
     return SimpleNamespace(tp=int(s.tp[0]), ep=int(s.ep[0]), pp=int(s.pp[0]), dp=int(s.dp[0]),
                            batch=int(s.batch[0]), microbatches=int(s.microbatches[0]),
-                           choice={op: int(c[0]) for op, c in s.choice.items()})
+                           choice={op: int(c[0]) for op, c in s.choice.items()}, redundant=int(s.redundant[0]))
 
 
 def _as_arrays(blocks: dict[str, list[Task]]) -> None:
@@ -386,9 +412,10 @@ def lower(ctx: CostContext, s: StrategyArrays, phase: str, context_len=None,
     """Task blocks of one microbatch for ``phase`` (``prefill`` | ``decode``) at ``context_len``.
 
     ``context_len`` (decode only; scalar or one per strategy) defaults to the workload's input length.
-    ``expert_load`` scales the routed tokens the critical GPU receives (its share of the routing
-    times ``ep``): 1 for uniform routing as the proxy assumes; the simulator passes the busiest
-    GPU's load under a skewed routing distribution.
+    ``expert_load`` (scalar or one per strategy) scales the routed tokens the critical GPU receives
+    (its share of the routing times ``ep``): 1 for uniform routing; the proxy passes the expected
+    busiest rank's load under ``ctx.routing`` (:func:`simcore.moe.expected_max_load`), the simulator
+    the busiest rank's load of its draw.
     """
     if phase not in ("prefill", "decode"):
         raise ValueError(f"lower: phase must be prefill or decode, got {phase!r}")

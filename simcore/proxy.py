@@ -10,6 +10,10 @@ The proxy is the simulator with contention and overlap switched off: it sums the
   midpoint rule over ``STATIC_SAMPLES`` equal segments of the output (the step cost is piecewise
   linear in context, so the error is bounded by the kinks; ``tests/test_proxy.py`` bounds it).
 
+MoE skew: with a routing config on the context (``ctx.routing``), every MoE layer is priced at the
+expected load of its busiest expert rank under that routing (:func:`simcore.moe.expected_max_load`,
+with the strategy's redundant experts), so a search sees skew and what replicas buy back.
+
 :func:`evaluate_batch` prices arrays of strategies; :func:`evaluate` prices one and adds the
 per-operator and per-category breakdown.
 """
@@ -90,8 +94,19 @@ def _stage_times(blocks: dict[str, list[Task]], counts: dict[str, np.ndarray]) -
     return total
 
 
+def _expert_load(ctx: CostContext, s: StrategyArrays, phase: str):
+    """The busiest expert rank's expected load under ``ctx.routing`` (1.0 without one)."""
+    m = ctx.model
+    if ctx.routing is None or not m.is_moe:
+        return 1.0
+    from .moe import expected_max_loads
+
+    tokens = s.batch / (s.ep * s.microbatches) * (ctx.workload.input_len if phase == "prefill" else 1)
+    return expected_max_loads(ctx.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, s.redundant)
+
+
 def _phase(ctx, s, counts, phase: str, context=None):
-    blocks = lower(ctx, s, phase, context)
+    blocks = lower(ctx, s, phase, context, _expert_load(ctx, s, phase))
     stage = _stage_times(blocks, counts)
     mb = s.microbatches
     if phase == "prefill":

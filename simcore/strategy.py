@@ -7,7 +7,8 @@ node), an EP group strides by ``tp``, and neighbouring pipeline stages are ``tp 
 Inside a pipeline stage, the ``tp * ep`` GPUs form ``ep`` attention groups of ``tp`` GPUs; each
 group serves ``batch / ep`` of the replica's sequences (DP-attention), and the routed experts are
 split ``ep`` ways across the groups and sharded over each group's ``tp`` GPUs by the expert
-operators' choices. A dense model uses ``ep = 1``.
+operators' choices. A dense model uses ``ep = 1``. ``redundant_experts`` replicas of hot experts
+fill extra expert slots (``ceil((E + N) / ep)`` per GPU; :mod:`simcore.moe.placement`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .opgraph import CHOICES, SEARCHABLE_OPS, choice_code
 __all__ = ["Strategy", "megatron_sharding", "megatron_strategy", "StrategyError"]
 
 _DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
+_FIELDS = _DEGREES + ("redundant_experts",)
 
 
 class StrategyError(ValueError):
@@ -41,7 +43,8 @@ def megatron_sharding() -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Strategy:
-    """Coarse degrees plus per-operator sharding (``"dim0" | "dim1" | "replicated"`` per operator)."""
+    """Coarse degrees plus per-operator sharding (``"dim0" | "dim1" | "replicated"`` per operator);
+    ``redundant_experts``: replicas of routed experts beyond one copy each (0 = none)."""
 
     tp: int = 1
     ep: int = 1
@@ -50,12 +53,16 @@ class Strategy:
     batch: int = 1
     microbatches: int = 1
     sharding: dict[str, str] = field(default_factory=megatron_sharding)
+    redundant_experts: int = 0
 
     def __post_init__(self) -> None:
         for name in _DEGREES:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise StrategyError(f"strategy.{name} must be a positive integer, got {value!r}")
+        value = self.redundant_experts
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise StrategyError(f"strategy.redundant_experts must be a non-negative integer, got {value!r}")
         unknown = sorted(set(self.sharding) - set(SEARCHABLE_OPS))
         if unknown:
             raise StrategyError(f"strategy.sharding: unknown operator(s) {', '.join(unknown)}; "
@@ -79,23 +86,28 @@ class Strategy:
         return choice_code(self.sharding[op])
 
     def key(self) -> tuple[int, ...]:
-        """A compact, hashable identity: degrees then choice codes in ``SEARCHABLE_OPS`` order."""
-        return tuple(getattr(self, d) for d in _DEGREES) + tuple(self.choice(op) for op in SEARCHABLE_OPS)
+        """A compact, hashable identity: degrees, choice codes in ``SEARCHABLE_OPS`` order, then
+        ``redundant_experts`` (the last column; keys without it mean 0, see ``StrategyArrays``)."""
+        return (tuple(getattr(self, d) for d in _DEGREES) + tuple(self.choice(op) for op in SEARCHABLE_OPS)
+                + (self.redundant_experts,))
 
     def replace(self, **changes) -> Strategy:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        return {d: getattr(self, d) for d in _DEGREES} | {"sharding": dict(self.sharding)}
+        out = {d: getattr(self, d) for d in _DEGREES} | {"sharding": dict(self.sharding)}
+        if self.redundant_experts:  # plans without replicas keep their old form
+            out["redundant_experts"] = self.redundant_experts
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Strategy:
         if not isinstance(data, dict):
             raise StrategyError(f"a strategy must be a mapping, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(_DEGREES) - {"sharding"})
+        unknown = sorted(set(data) - set(_FIELDS) - {"sharding"})
         if unknown:
             raise StrategyError(f"strategy: unknown field(s) {', '.join(unknown)}; "
-                                f"valid: {', '.join(_DEGREES + ('sharding',))}")
+                                f"valid: {', '.join(_FIELDS + ('sharding',))}")
         sharding = data.get("sharding") or {}
         if not isinstance(sharding, dict):
             raise StrategyError("strategy.sharding must be a mapping of operator to choice")
@@ -123,7 +135,7 @@ class Strategy:
 
 
 def megatron_strategy(tp: int = 1, ep: int = 1, pp: int = 1, dp: int = 1, batch: int = 1,
-                      microbatches: int = 1) -> Strategy:
+                      microbatches: int = 1, redundant_experts: int = 0) -> Strategy:
     """The standard Megatron sharding at the given degrees."""
     return Strategy(tp=tp, ep=ep, pp=pp, dp=dp, batch=batch, microbatches=microbatches,
-                    sharding=megatron_sharding())
+                    sharding=megatron_sharding(), redundant_experts=redundant_experts)

@@ -101,7 +101,7 @@ def run(cfg: DictConfig) -> dict:
     resume_dir = cfg.get("resume")
     out = Path(resume_dir) if resume_dir else run_dir()
     config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
-    ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
+    ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim)
     space = _space(ctx, cfg)
     con = console()
     result = _search(ctx, space, cfg, out, config, resume=bool(resume_dir))

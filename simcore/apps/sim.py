@@ -31,6 +31,7 @@ from simcore.config import build_context, build_engine_config, build_graph
 from simcore.engine import simulate
 from simcore.engine.trace import write_trace
 from simcore.export import check_target, export_plan
+from simcore.memory import redundant_fit_error
 from simcore.proxy import evaluate
 from simcore.strategy import Strategy, megatron_sharding
 
@@ -49,6 +50,7 @@ class StrategyConfig:
     batch: int = 1
     microbatches: int = 1
     sharding: dict[str, str] = field(default_factory=megatron_sharding)
+    redundant_experts: int = 0
 
 
 @dataclass
@@ -111,10 +113,13 @@ def run(cfg: DictConfig) -> dict:
     if cfg.export is not None:
         check_target(str(cfg.export))
     strategy = _load(cfg)
-    ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
+    ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim)
     graph = build_graph(cfg.topology, cfg.hardware)
     engine = build_engine_config(cfg.sim)
     engine.trace = True
+    overflow = redundant_fit_error(ctx, strategy)
+    if overflow:  # the replicas alone break the memory budget: bad input, before simulating
+        raise UserError(overflow)
     proxy = evaluate(ctx, strategy)
     sim = simulate(ctx, graph, strategy, engine)
     con = console()
