@@ -188,12 +188,13 @@ class _Lowerer:
         d_qk, d_v = attention_dims(self.m, self.phase)
         kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_layers * self.w.kv_bytes
         kv_heads_shard = 1.0 if self.m.is_mla else self.xp.minimum(self.t, self.m.num_kv_heads)
-        if self.phase == "decode":
-            flops_seq = 2.0 * self.context * heads * (d_qk + d_v)
-            bytes_seq = self.context * kv_layer + heads * (d_qk + d_v) * self.act
+        if self.phase == "decode":  # sliding-window layers attend to at most their window
+            span = self.m.attention_context(self.context)
+            flops_seq = 2.0 * span * heads * (d_qk + d_v)
+            bytes_seq = span * kv_layer + heads * (d_qk + d_v) * self.act
         else:
             s_len = float(self.w.input_len)
-            flops_seq = 2.0 * (s_len * s_len / 2.0) * heads * (d_qk + d_v)
+            flops_seq = 2.0 * self.m.prefill_attention_pairs(s_len) * heads * (d_qk + d_v)
             bytes_seq = s_len * (kv_layer + 2.0 * heads * (d_qk + d_v) * self.act)
         seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
         flops = flops_seq * seqs_local / self.xp.where(c == 1, self.t, 1.0)

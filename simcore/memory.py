@@ -42,8 +42,9 @@ def bit(name: str) -> int:
 def stage_layers(model, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense and MoE layer counts of each stage, shape ``[n, max(pp)]``, plus the stage mask.
 
-    Layers are split contiguously; the first ``L mod pp`` stages get one extra layer. Dense-first
-    layers of an MoE model sit at the front.
+    Layers are split contiguously; the first ``L mod pp`` stages get one extra layer. Each stage's
+    dense layers are counted from the model's own pattern (DeepSeek's dense-first layers, Llama-4's
+    interleaving, Qwen-MoE's ``mlp_only_layers``).
     """
     pp = np.asarray(pp)
     n_layers = model.num_layers
@@ -52,9 +53,10 @@ def stage_layers(model, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     base, extra = n_layers // p, n_layers % p
     count = base + (stages < extra)
     start = stages * base + np.minimum(stages, extra)
-    n_dense = model.num_dense_layers if model.is_moe else n_layers
-    dense = np.clip(np.minimum(start + count, n_dense) - start, 0, None)
     in_stage = stages < p
+    before = model.dense_layers_before()
+    end = np.where(in_stage, start + count, 0)
+    dense = before[np.clip(end, 0, n_layers)] - before[np.clip(np.where(in_stage, start, 0), 0, n_layers)]
     return np.where(in_stage, dense, 0), np.where(in_stage, count - dense, 0), in_stage
 
 
@@ -81,9 +83,11 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     attn = weights("qkv") + weights("out_proj")
     dense = weights("dense_ffn1") + weights("dense_ffn2")
     moe = (weights("router") + weights("shared_ffn1") + weights("shared_ffn2")
-           + (weights("expert_ffn1") + weights("expert_ffn2")) / max(m.num_experts, 1) * _experts_per_gpu(m, s.ep, s.redundant))
+           + (weights("expert_ffn1") + weights("expert_ffn2")) * (w.expert_bytes / wb) / max(m.num_experts, 1)
+           * _experts_per_gpu(m, s.ep, s.redundant))
     seqs_group = s.batch / s.ep
-    kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * w.max_context
+    # a windowed layer holds at most its window (attention_context is the mean over layers)
+    kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * m.attention_context(w.max_context)
     c_attn = s.choice["attention"]
     kv_heads_shard = 1.0 if m.is_mla else np.minimum(t, m.num_kv_heads)
     seqs_local = np.where(c_attn == DIM0, np.ceil(seqs_group / t), seqs_group)
