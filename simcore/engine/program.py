@@ -55,8 +55,10 @@ class StageProgram:
 
 
 def build_programs(ctx: CostContext, strategy: Strategy, phase: str, context_len=None,
-                   expert_load: float = 1.0) -> list[StageProgram]:
-    """One program per pipeline stage; communication ops that cost nothing are dropped."""
+                   expert_load: float = 1.0, moe_block=None) -> list[StageProgram]:
+    """One program per pipeline stage; communication ops that cost nothing are dropped.
+    ``moe_block(layer)``, when given, returns the tasks of MoE layer ``layer`` (one EP rank's own
+    expert work, :mod:`simcore.engine.moework`) in place of the shared block."""
     s = StrategyArrays.from_strategies([strategy])
     blocks = lower(ctx, s, phase, context_len, expert_load)
     dense, moe, _ = stage_layers(ctx.model, s.pp)
@@ -68,7 +70,8 @@ def build_programs(ctx: CostContext, strategy: Strategy, phase: str, context_len
             tasks += [(t, -1) for t in blocks["first"]]
         for kind, count in (("dense_layer", dense[0, p]), ("moe_layer", moe[0, p])):
             for _ in range(int(count)):
-                tasks += [(t, layer) for t in blocks[kind]]
+                block = moe_block(layer) if moe_block is not None and kind == "moe_layer" else blocks[kind]
+                tasks += [(t, layer) for t in block]
                 layer += 1
         if p == strategy.pp - 1:
             tasks += [(t, -1) for t in blocks["last"]]

@@ -30,6 +30,10 @@ class SimResult:
     proxy_tokens_per_s_per_gpu: float = float("nan")
     wall_s: float = 0.0
     network_events: int = 0
+    flows_run: int = 0  # per-gpu: collectives that ran on the flow solver
+    mode: str = ""  # folded | per-gpu: what ran
+    mode_reason: str = ""  # why (``sim.mode=auto`` folds only where that is exact)
+    lanes: int = 0  # processes per (microbatch, step): stages when folded, GPUs or proven orbits per-gpu
     trace: dict | None = None
 
     def per_gpu_split(self) -> dict[str, dict[str, float]]:
@@ -42,7 +46,8 @@ class SimResult:
                 "split_by_stage": self.split, "link_utilization": self.link_utilization,
                 "proxy_step_time_s": self.proxy_step_time_s,
                 "proxy_tokens_per_s_per_gpu": self.proxy_tokens_per_s_per_gpu,
-                "wall_s": self.wall_s, "network_events": self.network_events}
+                "wall_s": self.wall_s, "network_events": self.network_events, "flows_run": self.flows_run,
+                "mode": self.mode, "mode_reason": self.mode_reason, "lanes": self.lanes}
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

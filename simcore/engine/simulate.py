@@ -1,13 +1,14 @@
 """``simulate``: one strategy's step on the discrete-event simulator.
 
 The step is built from the same lowered tasks as the proxy (:mod:`simcore.engine.program`), runs
-on SimPy with per-stage compute and communication streams (:mod:`simcore.engine.executor`), and
-its collectives either take their idle-fabric cost or run as flows on the cluster's network
-(:mod:`simcore.engine.comm`). With contention and overlap both off it reproduces the proxy.
+on SimPy with compute and communication streams (:mod:`simcore.engine.executor`), and its
+collectives either take their idle-fabric cost (for the communicator's real placement) or run as
+flows on the cluster's network. With contention and overlap both off it reproduces the proxy.
 
-Scale by symmetry: all GPUs of a pipeline stage run the same program, so the simulator runs one
-process per (stage, microbatch), while every concurrent communicator of the stage, in every
-replica, puts its flows on the one shared network.
+Two modes (:mod:`simcore.engine.phase`): ``per-gpu`` runs every GPU as its own lane (its own
+program, streams and rendezvous collectives; lanes merge only along rank axes proven symmetric),
+``folded`` runs one process per (stage, microbatch) for all GPUs of the stage, exact only where
+placement, fabric and routing are symmetric. ``auto`` folds exactly there and says why.
 """
 
 from __future__ import annotations
@@ -15,22 +16,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-import simpy
-
 from ..lowering import CostContext
 from ..proxy import STATIC_SAMPLES, evaluate
 from ..strategy import Strategy
-from .comm import AnalyticComm, FlowComm
-from .executor import Executor
-from .placement import Placement
-from .program import build_programs
+from .phase import choose_mode, placement_of, run_folded, run_per_gpu
 from .result import SimResult, time_split
-from .routing import RoutingConfig, rank_loads
+from .routing import RoutingConfig
 from .trace import chrome_trace
 
-__all__ = ["EngineConfig", "simulate"]
+__all__ = ["EngineConfig", "simulate", "MODES"]
 
+MODES = ("auto", "folded", "per-gpu")
 _STRUCTURAL = {"device_count", "heads_divisibility", "feature_divisibility", "experts_divisibility",
                "layers", "batch_divisibility"}
 
@@ -39,7 +35,9 @@ _STRUCTURAL = {"device_count", "heads_divisibility", "feature_divisibility", "ex
 class EngineConfig:
     """``contention``: collectives as flows on the network (else idle-fabric costs); ``overlap``:
     separate compute and communication streams; ``decode_steps``: decode passes simulated (the
-    step time is the steady period over the last half); ``placement``: pack | spread."""
+    step time is the steady period over the last half); ``placement``: pack | spread; ``mode``:
+    auto | folded | per-gpu (see the module docstring); ``share_lanes``: per-gpu lanes may stand
+    for GPUs proven identical (false: one lane per GPU, the reference)."""
 
     contention: bool = True
     overlap: bool = True
@@ -47,60 +45,16 @@ class EngineConfig:
     decode_steps: int = 3
     placement: str = "pack"
     trace: bool = False  # keep what a Chrome trace needs (intervals, link utilization timelines)
-    representative: bool = True  # one group stands for identical groups that share no link
+    representative: bool = True  # folded: one group stands for identical groups that share no link
+    mode: str = "auto"
+    share_lanes: bool = True
     routing: RoutingConfig = field(default_factory=RoutingConfig)
 
     def __post_init__(self) -> None:
         if self.decode_steps < 2:
-            raise ValueError(f"engine.decode_steps must be >= 2, got {self.decode_steps}")
-
-
-@dataclass
-class _Phase:
-    time_s: float
-    intervals: list
-    window: tuple[float, float]
-    periods: int
-    events: int
-    link_bytes: dict
-    utilization: dict
-
-
-def _expert_load(ctx: CostContext, s: Strategy, cfg: EngineConfig, tokens: float) -> float:
-    m = ctx.model
-    if not m.is_moe or s.ep <= 1:
-        return 1.0
-    loads = rank_loads(cfg.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, cfg.seed)
-    return float(np.max(loads))
-
-
-def _run_phase(ctx, graph, s: Strategy, cfg: EngineConfig, phase: str, context=None) -> _Phase:
-    tokens = s.batch / (s.ep * s.microbatches) * (ctx.workload.input_len if phase == "prefill" else 1)
-    programs = build_programs(ctx, s, phase, context, _expert_load(ctx, s, cfg, tokens))
-    env = simpy.Environment()
-    network = None
-    if cfg.contention:
-        from ..network import FlowNetwork
-
-        network = FlowNetwork(env, graph, seed=cfg.seed, record=cfg.trace)
-        placement = Placement(s, _gpus(graph), int(graph.graph["gpus_per_node"]), cfg.placement)
-        comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric, cfg.representative)
-    else:
-        comm = AnalyticComm()
-    ex = Executor(env, programs, comm, cfg.overlap)
-    steps = cfg.decode_steps if phase == "decode" else 1
-    finish = ex.run_pipeline(s.microbatches, steps)
-    if phase == "decode":
-        periods = steps // 2
-        a, b = max(finish[steps - 1 - periods]), max(finish[steps - 1])
-        step_time = (b - a) / periods
-    else:
-        periods, a, b = 1, 0.0, max(finish[0])
-        step_time = b
-    events = network.events_processed if network is not None else 0
-    link_bytes = network.link_bytes if network is not None else {}
-    utilization = network.utilization() if network is not None and cfg.trace else {}
-    return _Phase(step_time, ex.intervals, (a, b), periods, events, link_bytes, utilization)
+            raise ValueError(f"sim.decode_steps must be >= 2, got {self.decode_steps}")
+        if self.mode not in MODES:
+            raise ValueError(f"sim.mode: {self.mode!r} is not one of {', '.join(MODES)}")
 
 
 def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | None = None) -> SimResult:
@@ -116,6 +70,14 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
         result.wall_s = time.perf_counter() - start
         return result
     w = ctx.workload
+    mode, why, axes = choose_mode(ctx, graph, strategy, cfg)
+    result.mode, result.mode_reason = mode, why
+
+    def _run_phase(ctx, graph, s, cfg, phase, context=None):
+        if mode == "folded":
+            return run_folded(ctx, graph, s, cfg, phase, context)
+        return run_per_gpu(ctx, graph, s, cfg, phase, context, axes)
+
     runs = []
     if w.phase == "decode":
         dec = _run_phase(ctx, graph, strategy, cfg, "decode")
@@ -141,34 +103,46 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
         reasons.append("ttft_slo")
     if w.tpot_slo_s is not None and tpot == tpot and tpot > w.tpot_slo_s:
         reasons.append("tpot_slo")
-    split = []
-    for p in range(strategy.pp):
-        total: dict[str, float] = {}
-        for run, weight in runs:
-            part = time_split(run.intervals, p, *run.window, periods=run.periods)
-            for k, v in part.items():
-                total[k] = total.get(k, 0.0) + v * weight
-        split.append(total)
+    split = _stage_splits(strategy.pp, runs)
     result.valid, result.reasons = not reasons, reasons
     result.step_time_s, result.ttft_s, result.tpot_s = step, ttft, tpot
     result.tokens_per_s = strategy.dp * tokens / step
     result.tokens_per_s_per_gpu = result.tokens_per_s / strategy.gpus
     result.split = split
     result.network_events = sum(run.events for run, _ in runs)
+    result.flows_run = sum(run.flows_run for run, _ in runs)
+    result.lanes = len(runs[0][0].lanes)
     result.link_utilization = _utilization(graph, runs) if cfg.contention else {}
+    placement = placement_of(graph, strategy, cfg.placement)
+    result.stage_gpus = [placement.stage_gpus(p) for p in range(strategy.pp)]
     if cfg.trace:  # the first phase (the prefill of a static batch, or the decode steps)
         first = runs[0][0]
-        placement = Placement(strategy, _gpus(graph), int(graph.graph["gpus_per_node"]), cfg.placement)
-        result.stage_gpus = [placement.stage_gpus(p) for p in range(strategy.pp)]
-        result.trace = chrome_trace(first.intervals, result.stage_gpus, graph, first.utilization)
+        result.trace = chrome_trace(first.intervals, first.lanes, graph, first.utilization, first.analytic,
+                                    ctx=ctx, per_gpu=mode == "per-gpu")
     result.wall_s = time.perf_counter() - start
     return result
 
 
-def _gpus(graph) -> list[str]:
-    from topologies import gpu_nodes
-
-    return gpu_nodes(graph)
+def _stage_splits(pp: int, runs) -> list[dict[str, float]]:
+    """Per stage, the time split of its GPUs (mean over its lanes, weighted by the GPUs each stands
+    for), weighted over the phases."""
+    split = [dict.fromkeys(("compute", "exposed_comm", "bubble", "idle"), 0.0) for _ in range(pp)]
+    for run, weight in runs:
+        by_lane: dict[int, list] = {}
+        for iv in run.intervals:
+            by_lane.setdefault(iv.stage, []).append(iv)
+        gpus = [0] * pp
+        parts: list[list] = [[] for _ in range(pp)]
+        for lane in run.lanes:
+            n = max(len(lane.gpus), 1)
+            parts[lane.stage].append((time_split(by_lane.get(lane.index, []), lane.index, *run.window,
+                                                 periods=run.periods), n))
+            gpus[lane.stage] += n
+        for p in range(pp):
+            for part, n in parts[p]:
+                for k, v in part.items():
+                    split[p][k] += v * weight * n / gpus[p]
+    return split
 
 
 def _utilization(graph, runs) -> dict[str, float]:

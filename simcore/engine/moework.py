@@ -1,0 +1,109 @@
+"""Per-rank MoE work for the per-GPU engine: each EP rank's expert load, the tokens every pair of
+ranks exchanges, and each rank's own program.
+
+:func:`rank_work` is the one place the engine asks how tokens are routed. When :mod:`simcore.moe`
+provides ``draw_routing`` (per layer and decode step) it is used; otherwise the engine's own routing
+distribution (:func:`simcore.engine.routing.rank_loads`, one draw per run) gives every rank its load,
+and every sender spreads its token copies over the receivers in proportion to their loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..lowering import StrategyArrays, lower
+from ..strategy import Strategy
+from .program import StageProgram, build_programs
+from .routing import rank_loads
+
+__all__ = ["RankWork", "rank_work", "tokens_per_rank", "RankPrograms"]
+
+
+@dataclass(frozen=True)
+class RankWork:
+    """One MoE layer's routing over ``ep`` ranks: ``loads[e]`` is rank ``e``'s received token copies
+    over the mean (1 everywhere for uniform routing); ``pair_tokens[a, b]`` the copies ``a`` sends to ``b``."""
+
+    loads: np.ndarray
+    pair_tokens: np.ndarray
+
+    @property
+    def uniform(self) -> bool:
+        return bool(np.all(self.pair_tokens == self.pair_tokens.flat[0]))
+
+
+def tokens_per_rank(ctx, s: Strategy, phase: str) -> float:
+    """Tokens one attention group (EP rank) holds per microbatch."""
+    return s.batch / (s.ep * s.microbatches) * (ctx.workload.input_len if phase == "prefill" else 1)
+
+
+def _draw_routing():
+    try:
+        from ..moe import draw_routing  # built beside this engine; absent in older trees
+    except ImportError:
+        return None
+    return draw_routing
+
+
+def rank_work(ctx, s: Strategy, cfg, tokens: float, layer: int, step: int) -> RankWork | None:
+    """Routing of MoE layer ``layer`` at decode step ``step``; None without expert parallelism."""
+    m = ctx.model
+    if not m.is_moe or s.ep <= 1:
+        return None
+    draw = _draw_routing()
+    if draw is not None:
+        d = draw(cfg.routing, m, s.ep, tokens, cfg.seed, layer, step)
+        pair = np.asarray(d.pair_tokens, dtype=float)
+        received = pair.sum(axis=0)
+        return RankWork(received / max(received.mean(), 1e-30), pair)
+    loads = rank_loads(cfg.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, cfg.seed)
+    pair = np.tile(tokens * m.top_k * loads / s.ep, (s.ep, 1))
+    return RankWork(loads, pair)
+
+
+class RankPrograms:
+    """Stage programs per EP rank: rank ``e`` runs its own expert GEMMs (lowered at its load), every
+    other task is shared. One lowering per distinct load value (cached)."""
+
+    def __init__(self, ctx, s: Strategy, phase: str, context_len, cfg):
+        self.ctx, self.s, self.phase, self.context, self.cfg = ctx, s, phase, context_len, cfg
+        self.tokens = tokens_per_rank(ctx, s, phase)
+        self._arrays = StrategyArrays.from_strategies([s])
+        self._blocks: dict[float, list] = {}
+        self._work: dict[tuple[int, int], RankWork | None] = {}
+        self._programs: dict[tuple, list[StageProgram]] = {}
+        self.step_dependent = _draw_routing() is not None
+
+    def work(self, layer: int, step: int) -> RankWork | None:
+        key = (layer, step if self.step_dependent else 0)
+        if key not in self._work:
+            self._work[key] = rank_work(self.ctx, self.s, self.cfg, self.tokens, layer, key[1])
+        return self._work[key]
+
+    def equal_loads(self, steps: int) -> bool:
+        """Whether every rank has the same work in every MoE layer of ``steps`` steps."""
+        for step in range(steps if self.step_dependent else 1):
+            for layer in range(self.ctx.model.num_layers):
+                w = self.work(layer, step)
+                if w is not None and not w.uniform:
+                    return False
+        return True
+
+    def _block(self, load: float) -> list:
+        if load not in self._blocks:
+            self._blocks[load] = lower(self.ctx, self._arrays, self.phase, self.context, load)["moe_layer"]
+        return self._blocks[load]
+
+    def programs(self, e: int, step: int) -> list[StageProgram]:
+        """Every stage's program as EP rank ``e`` runs it at ``step``."""
+        def load(layer: int) -> float:
+            w = self.work(layer, step)
+            return 1.0 if w is None else float(w.loads[e])
+
+        loads = tuple(load(layer) for layer in range(self.ctx.model.num_layers))
+        if loads not in self._programs:  # ranks with equal loads share one program
+            self._programs[loads] = build_programs(self.ctx, self.s, self.phase, self.context,
+                                                   moe_block=lambda layer: self._block(loads[layer]))
+        return self._programs[loads]

@@ -1,0 +1,217 @@
+"""The per-GPU engine: every lane (a GPU, or an orbit of GPUs proven identical, :mod:`.lanes`) has its
+own compute and communication streams and its own program, and every communicator's collective
+starts when the last of its members reaches it (a rendezvous), so nothing waits for GPUs it does
+not talk to. All communicators put their flows on the one network.
+
+A collective whose links no other communicator can use at the same time (one that shares a link
+with it but no participating GPU) takes the idle-fabric cost of its own communicator
+(:func:`simcore.engine.pricing.idle_cost_s`) without the flow solver; every other one runs as
+flows. An MoE dispatch or combine whose pairs move different byte counts (skewed routing) is an
+all-to-all-v (:mod:`.alltoallv`), always as flows, and ends with its slowest pair.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from ..collectives.flows import run_collective
+from .alltoallv import pxn_relay, run_alltoallv
+from .executor import Executor, _plan, _segments
+from .pricing import group_shape, idle_cost_s, packed_shape
+
+__all__ = ["LaneExecutor", "LaneComm", "all_groups", "contention_flags"]
+
+_KINDS = ("tp", "ep", "pp")
+
+
+class LaneComm:
+    """Communicators of every stage, which lanes take part in each, and their rendezvous."""
+
+    def __init__(self, env, ctx, graph, placement, lanes, network, work, analytic_only: bool = False,
+                 record: bool = False):
+        self.env, self.ctx, self.graph, self.network, self.work = env, ctx, graph, network, work
+        self.analytic_only = analytic_only or network is None
+        self.kwargs = {} if ctx.collective_constants is None else {"constants": ctx.collective_constants}
+        lane_of = {g: lane.index for lane in lanes for g in lane.gpus}
+        s = placement.s
+        self.groups: list[tuple[str, list[str]]] = []
+        self.lane_groups: dict[tuple[int, str], list[int]] = {}
+        self.participants: list[set[int]] = []
+        for gid, (kind, ranks) in enumerate(all_groups(placement)):
+            self.groups.append((kind, ranks))
+            members = ranks[:1] if kind == "pp" else ranks
+            lanes_in = {lane_of[g] for g in members}
+            self.participants.append(lanes_in)
+            for lane in lanes_in:
+                self.lane_groups.setdefault((lane, kind), []).append(gid)
+        self.shapes = [group_shape(graph, r) for _, r in self.groups]
+        self.contended = (contention_flags(graph, network, self.groups) if not self.analytic_only
+                          else [False] * len(self.groups))
+        self.ep_index = {g: placement_e for placement_e, g in _ep_ranks(placement)}
+        self.packed = {kind: packed_shape(ctx, s, kind) for kind in _KINDS}
+        self._pending: dict[tuple, list] = {}
+        self.flows_run = 0
+        self.record = record
+        self.analytic_log: list[tuple[list[str], str, float, float, float]] = []  # for link counters
+
+    # ----- rendezvous -------------------------------------------------------------------------
+    def run(self, env: simpy.Environment, lane: int, op, microbatch: int, step: int):
+        if op.size_bytes <= 0:
+            return
+        done = [self._arrive(gid, lane, op, microbatch, step) for gid in self.lane_groups.get((lane, op.group), [])]
+        if done:
+            yield env.all_of(done)
+
+    def _arrive(self, gid: int, lane: int, op, microbatch: int, step: int) -> simpy.Event:
+        key = (gid, op.name, op.layer, microbatch, step)
+        entry = self._pending.get(key)
+        if entry is None:
+            entry = self._pending[key] = [set(self.participants[gid]), self.env.event()]
+        entry[0].discard(lane)
+        if not entry[0]:
+            del self._pending[key]
+            self.env.process(self._launch(gid, op, step, entry[1]))
+        return entry[1]
+
+    def _launch(self, gid: int, op, step: int, done: simpy.Event):
+        kind, ranks = self.groups[gid]
+        pairs = self._pair_bytes(gid, op, step) if kind == "ep" and op.collective == "all_to_all" else None
+        if pairs is not None and not np.all(pairs == pairs.flat[0]) and not self.analytic_only:
+            self.flows_run += 1
+            yield self.env.process(run_alltoallv(self.env, self.network, self.ctx, ranks, pairs))
+        elif self.contended[gid]:
+            self.flows_run += 1
+            yield run_collective(self.env, self.network, op.collective, op.size_bytes, ranks, **self.kwargs)
+        else:
+            # contention off prices every collective as the lowering does (the proxy's check)
+            size = op.size_bytes if pairs is None else float(pairs.max()) * len(ranks)
+            shape = self.packed[kind] if self.analytic_only else self.shapes[gid]
+            cost = idle_cost_s(self.ctx, op.collective, size, shape)
+            if cost > 0:
+                if self.record:
+                    self.analytic_log.append((ranks, op.collective, size, self.env.now, self.env.now + cost))
+                yield self.env.timeout(cost)
+        done.succeed(self.env.now)
+
+    def _pair_bytes(self, gid: int, op, step: int) -> np.ndarray | None:
+        """Bytes each member sends each other member in this dispatch (combine: the reverse)."""
+        work = self.work.work(op.layer, step) if self.work is not None else None
+        if work is None:
+            return None
+        pair = work.pair_tokens
+        e = self.ep_index[self.groups[gid][1][0]]
+        per_copy = op.size_bytes / max(float(pair[:, e].sum()), 1e-30)  # the op is sized for member e
+        return pair * per_copy if op.name != "combine" else pair.T * per_copy
+
+
+def _links(graph, network, ranks: list[str]) -> set:
+    """Every link a flow among ``ranks`` may use: each pair's route, or its PXN detour."""
+    links: set = set()
+    for a in ranks:
+        for b in ranks:
+            if a == b:
+                continue
+            peer = pxn_relay(graph, a, b)
+            if peer is None or peer in (a, b):
+                links.update(network.path(a, b))
+            else:
+                links.update(network.path(a, peer))
+                links.update(network.path(peer, b))
+    return links
+
+
+def all_groups(placement) -> list[tuple[str, list[str]]]:
+    """Every communicator of the plan as ``(kind, ranks)``: tp and ep per stage, pp per stage pair."""
+    s = placement.s
+    return [(kind, ranks) for kind in _KINDS for p in range(s.pp - (1 if kind == "pp" else 0))
+            for ranks in placement.groups(kind, p)]
+
+
+def contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
+    """Per communicator, whether another one shares a link with it and no participating GPU (one
+    that shares a participant can never run at the same time: one communication stream per GPU;
+    a send's participant is its sender)."""
+    link_sets = [_links(graph, network, r) for _, r in groups]
+    takers = [set(r[:1]) if k == "pp" else set(r) for k, r in groups]
+    users: dict = {}
+    for gid, links in enumerate(link_sets):
+        for link in links:
+            users.setdefault(link, []).append(gid)
+    out = []
+    for gid, links in enumerate(link_sets):
+        others = {h for link in links for h in users[link] if h != gid}
+        out.append(any(not (takers[gid] & takers[h]) for h in others))
+    return out
+
+
+def _ep_ranks(placement):
+    s = placement.s
+    for rank, gpu in enumerate(placement.gpu):
+        yield rank // s.tp % s.ep, gpu
+
+
+class LaneExecutor(Executor):
+    """:class:`~simcore.engine.executor.Executor` over lanes: ``programs[step][lane]`` (a decode step
+    may route differently), comm ops through :class:`LaneComm`'s rendezvous, and one pipeline chain
+    per lane key (a lane's microbatch enters stage ``p + 1`` on the lane of the same key)."""
+
+    def __init__(self, env: simpy.Environment, lanes, programs, comm: LaneComm, overlap: bool):
+        super().__init__(env, [], comm, overlap)
+        self.lanes = lanes
+        for _ in lanes:
+            if overlap:
+                self.streams.append({"compute": simpy.PreemptiveResource(env, capacity=1),
+                                     "comm": simpy.PriorityResource(env, capacity=1)})
+            else:
+                self.streams.append({"stage": simpy.Resource(env, capacity=1)})
+        cache: dict[int, list] = {}
+        self.step_plans = []
+        for step_programs in programs:
+            row = []
+            for prog in step_programs:
+                if id(prog) not in cache:
+                    cache[id(prog)] = _segments(_plan(prog.ops, overlap))
+                row.append(cache[id(prog)])
+            self.step_plans.append(row)
+        self.programs = programs[0]
+        self.plans = self.step_plans[0]
+
+    def _comm(self, stage: int, op, microbatch: int, step: int):
+        start = self.env.now
+        yield from self.comm.run(self.env, stage, op, microbatch, step)
+        self._log(stage, "comm", op, microbatch, step, start, self.env.now)
+
+    def _pass(self, lane: int, microbatch: int, step: int, ready, plan):
+        yield ready
+        if self.overlap:
+            yield from self._run_items(lane, plan, microbatch, step)
+        else:
+            with self.streams[lane]["stage"].request() as req:
+                yield req
+                yield from self._run_items(lane, plan, microbatch, step)
+        return self.env.now
+
+    def run_pipeline(self, microbatches: int, steps: int) -> list[list[float]]:
+        """As :meth:`Executor.run_pipeline`, one chain of lanes per lane key; finish times are the
+        latest over the chains."""
+        env = self.env
+        chains: dict[tuple, list[int]] = {}
+        for lane in self.lanes:
+            chains.setdefault(lane.key, []).append(lane.index)
+        finish = [[0.0] * microbatches for _ in range(steps)]
+        ready = {key: [env.event().succeed() for _ in range(microbatches)] for key in chains}
+        procs = []
+        for step in range(steps):
+            plans = self.step_plans[min(step, len(self.step_plans) - 1)]
+            for j in range(microbatches):
+                for key, chain in chains.items():
+                    event = ready[key][j]
+                    for lane in chain:
+                        event = env.process(self._pass(lane, j, step, event, plans[lane]))
+                    procs.append((step, j, event))
+                    ready[key][j] = event
+        env.run(until=env.all_of([e for _, _, e in procs]))
+        for step, j, event in procs:
+            finish[step][j] = max(finish[step][j], event.value)
+        return finish

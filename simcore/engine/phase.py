@@ -1,0 +1,186 @@
+"""One simulated phase (a prefill, or the decode steps at one context length) in either mode.
+
+``folded``: one process per (stage, microbatch) stands for every GPU of the stage
+(:class:`~simcore.engine.executor.Executor` with :class:`~simcore.engine.comm.FlowComm`); exact only
+where every GPU of a stage runs the same program on a symmetric placement and fabric. ``per-gpu``:
+lanes of GPUs with their own programs and rendezvous collectives (:mod:`.pergpu`), one lane per GPU
+except orbits proven identical (:mod:`.lanes`). :func:`choose_mode` decides what ``auto`` runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from ..lowering import CostContext
+from ..strategy import Strategy
+from .alltoallv import pxn_relay
+from .comm import AnalyticComm, FlowComm
+from .executor import Executor
+from .lanes import Lane, build_lanes, symmetric_axes
+from .moework import RankPrograms, tokens_per_rank
+from .pergpu import LaneComm, LaneExecutor, all_groups, contention_flags
+from .placement import Placement
+from .pricing import reprice_programs
+from .program import build_programs
+from .routing import rank_loads
+
+__all__ = ["Phase", "choose_mode", "run_folded", "run_per_gpu", "placement_of"]
+
+
+@dataclass
+class Phase:
+    time_s: float
+    intervals: list
+    window: tuple[float, float]
+    periods: int
+    events: int
+    link_bytes: dict
+    utilization: dict
+    lanes: list[Lane]  # the GPUs each interval's ``stage`` index stands for (folded: one lane per stage)
+    analytic: list  # (ranks, collective, size_bytes, start_s, end_s) of collectives that skipped the solver
+    flows_run: int = 0
+
+
+def placement_of(graph, s: Strategy, rule: str) -> Placement:
+    from topologies import gpu_nodes
+
+    return Placement(s, gpu_nodes(graph), int(graph.graph["gpus_per_node"]), rule)
+
+
+def _network(env, graph, cfg, record: bool):
+    from ..network import FlowNetwork
+
+    return FlowNetwork(env, graph, seed=cfg.seed, record=record)
+
+
+def choose_mode(ctx: CostContext, graph, s: Strategy, cfg) -> tuple[str, str, list[str]]:
+    """``(mode, reason, merged axes)`` for ``cfg.mode``; ``auto`` folds only where that is exact."""
+    steps = cfg.decode_steps if ctx.workload.phase == "decode" else 1
+    work = RankPrograms(ctx, s, "prefill" if ctx.workload.phase != "decode" else "decode", None, cfg)
+    equal = work.equal_loads(steps)
+    placement = placement_of(graph, s, cfg.placement)
+    if cfg.mode == "folded":
+        return "folded", "sim.mode=folded (asked for; exact only where placement, fabric and routing are symmetric)", []
+    if cfg.mode == "per-gpu" and not cfg.share_lanes:
+        return "per-gpu", "sim.mode=per-gpu, one lane per GPU (sim.share_lanes=false)", []
+    network = _network(simpy.Environment(), graph, cfg, False)
+    groups = all_groups(placement)
+    flags = contention_flags(graph, network, groups) if cfg.contention else [False] * len(groups)
+    contended = {(k, tuple(r)): f for (k, r), f in zip(groups, flags, strict=True)}
+    axes, why = symmetric_axes(placement, graph, network, equal, pxn_relay, _order_free(ctx, graph, s, placement),
+                               contended)
+    if cfg.mode == "per-gpu":
+        return "per-gpu", f"sim.mode=per-gpu; lanes shared along proven symmetric axes {axes or 'none'}", axes
+    if not equal:
+        return "per-gpu", "auto: MoE routing gives EP ranks different work", axes
+    if len(axes) < 3:
+        bad = "; ".join(f"rank axis {a}: {r}" for a, r in why.items())
+        return "per-gpu", f"auto: not symmetric ({bad})", axes
+    return "folded", "auto: placement, fabric and routing are symmetric along every rank axis", axes
+
+
+def _order_free(ctx, graph, s: Strategy, placement) -> frozenset:
+    """``{"ep"}`` when every EP collective of the plan is a direct all-to-all (NCCL's choice for its
+    size and communicator; skewed dispatches run as all-to-all-v, also direct)."""
+    from ..collectives import DEFAULT
+    from ..collectives.cost import make_shape
+    from ..collectives.flows import resolve
+    from .pricing import group_shape
+
+    if s.ep <= 1:
+        return frozenset({"ep"})
+    constants = ctx.collective_constants or DEFAULT
+    for phase in ("decode",) if ctx.workload.phase == "decode" else ("prefill", "decode"):
+        for prog in build_programs(ctx, s, phase):
+            n, per = group_shape(graph, placement.groups("ep", prog.stage)[0])
+            for op in prog.ops:
+                if op.group != "ep" or op.size_bytes <= 0:
+                    continue
+                shape = make_shape(op.size_bytes, n, per, ctx.cluster.fabric)
+                algo = resolve(op.collective, shape, ctx.cluster.fabric, "auto", "auto", constants)[0]
+                if op.collective != "all_to_all" or algo != "direct":
+                    return frozenset()
+    return frozenset({"ep"})
+
+
+def _expert_load(ctx: CostContext, s: Strategy, cfg, tokens: float) -> float:
+    m = ctx.model
+    if not m.is_moe or s.ep <= 1:
+        return 1.0
+    loads = rank_loads(cfg.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, cfg.seed)
+    return float(np.max(loads))
+
+
+def _window(finish: list[list[float]], phase: str, steps: int) -> tuple[float, int, float, float]:
+    if phase == "decode":
+        periods = steps // 2
+        a, b = max(finish[steps - 1 - periods]), max(finish[steps - 1])
+        return (b - a) / periods, periods, a, b
+    return max(finish[0]), 1, 0.0, max(finish[0])
+
+
+def run_folded(ctx, graph, s: Strategy, cfg, phase: str, context=None) -> Phase:
+    programs = build_programs(ctx, s, phase, context, _expert_load(ctx, s, cfg, tokens_per_rank(ctx, s, phase)))
+    env = simpy.Environment()
+    network, analytic = None, []
+    placement = placement_of(graph, s, cfg.placement)
+    if cfg.contention:
+        network = _network(env, graph, cfg, cfg.trace)
+        programs = reprice_programs(ctx, programs, placement, graph)
+        comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric, cfg.representative)
+    else:
+        comm = AnalyticComm()
+    ex = Executor(env, programs, comm, cfg.overlap)
+    steps = cfg.decode_steps if phase == "decode" else 1
+    finish = ex.run_pipeline(s.microbatches, steps)
+    step_time, periods, a, b = _window(finish, phase, steps)
+    if cfg.trace:
+        analytic = _folded_analytic(ex.intervals, programs, placement, comm if cfg.contention else None)
+    lanes = [Lane(p, p, 0, [], placement.stage_gpus(p)) for p in range(s.pp)]
+    return Phase(step_time, ex.intervals, (a, b), periods, network.events_processed if network else 0,
+                 network.link_bytes if network else {}, network.utilization() if network and cfg.trace else {},
+                 lanes, analytic)
+
+
+def _folded_analytic(intervals, programs, placement, comm) -> list:
+    """Collectives of a folded run that took their idle-fabric cost: every communicator of the stage."""
+    ops = {(p.stage, op.name, op.layer): op for p in programs for op in p.ops if op.is_comm}
+    out = []
+    for iv in intervals:
+        if iv.stream != "comm":
+            continue
+        op = ops.get((iv.stage, iv.name, iv.layer))
+        if op is None or (comm is not None and comm.contended(op.group, iv.stage)):
+            continue
+        for ranks in placement.groups(op.group, iv.stage):
+            out.append((ranks, op.collective, op.size_bytes, iv.start, iv.end))
+    return out
+
+
+def run_per_gpu(ctx, graph, s: Strategy, cfg, phase: str, context=None, axes: list[str] | None = None) -> Phase:
+    env = simpy.Environment()
+    network = _network(env, graph, cfg, cfg.trace)
+    placement = placement_of(graph, s, cfg.placement)
+    lanes = build_lanes(placement, axes or [])
+    work = RankPrograms(ctx, s, phase, context, cfg)
+    steps = cfg.decode_steps if phase == "decode" else 1
+    cache: dict[tuple[int, int], list] = {}
+    programs = []
+    for step in range(steps if work.step_dependent else 1):
+        row = []
+        for lane in lanes:
+            if (lane.e, step) not in cache:
+                cache[(lane.e, step)] = work.programs(lane.e, step)
+            row.append(cache[(lane.e, step)][lane.stage])
+        programs.append(row)
+    moe = ctx.model.is_moe and s.ep > 1
+    comm = LaneComm(env, ctx, graph, placement, lanes, network, work if moe else None,
+                    analytic_only=not cfg.contention, record=cfg.trace)
+    ex = LaneExecutor(env, lanes, programs, comm, cfg.overlap)
+    finish = ex.run_pipeline(s.microbatches, steps)
+    step_time, periods, a, b = _window(finish, phase, steps)
+    return Phase(step_time, ex.intervals, (a, b), periods, network.events_processed, network.link_bytes,
+                 network.utilization() if cfg.trace else {}, lanes, comm.analytic_log, comm.flows_run)
