@@ -12,10 +12,16 @@
   intra-node all-gather ring (target <= 2 s);
 - ``scaling``: wall time against the number of concurrent flows (64 .. 8192) for a
   symmetric shift pattern and for random destinations, with the fitted exponent
-  ``wall ~ flows^k``.
+  ``wall ~ flows^k``;
+- ``nccl_ring_8``, ``nccl_a2a_64``, ``nccl_hier_1024``: the same three collectives through the
+  NCCL-style library (:func:`simcore.collectives.flows.run_collective`: derated links, 16 pipelined
+  ring channels as chain flows, PXN), same targets;
+- ``contention_2x_allgather_ratio``: two 256 MiB ring all-gathers at once on the 8 GPUs of one
+  ``hgx-h100`` node over one alone (physics: 2.0 for the bandwidth term; the fixed latency and launch
+  terms of the two overlap), and ``contention_2x_allgather_bandwidth_ratio``, the same without them.
 
-The collective drivers here are deliberately minimal; the NCCL-style library lives in
-``simcore/collectives/``. Wall times exclude building the topology graph.
+The first three drivers are deliberately minimal (raw flows on raw links); the NCCL-style library
+lives in ``simcore/collectives/``. Wall times exclude building the topology graph.
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ from collections.abc import Callable, Generator
 import numpy as np
 import simpy
 
+from simcore.collectives import DEFAULT, Fabric
+from simcore.collectives.cost import entry_costs
+from simcore.collectives.flows import run_collective, simulate_collective
 from simcore.network import FlowNetwork
 from topologies import build_topology, gpu_nodes
 
-__all__ = ["ring_allreduce", "alltoall", "hierarchical_allreduce", "run_case", "main"]
+__all__ = ["ring_allreduce", "alltoall", "hierarchical_allreduce", "run_case", "contention_ratio", "main"]
 
 GIB = 2**30
 MIB = 2**20
@@ -86,6 +95,26 @@ def run_case(graph, process: Callable[[FlowNetwork], Generator], seed: int = 0) 
             "events_per_s": net.events_processed / wall, "sim_time_s": env.now}
 
 
+def _nccl(collective: str, size_bytes: float, algorithm: str = "auto"):
+    """A :func:`run_case` driver running one library collective over every GPU of the graph."""
+    def process(net: FlowNetwork) -> Generator:
+        yield run_collective(net.env, net, collective, size_bytes, gpu_nodes(net.graph), algorithm)
+    return process
+
+
+def contention_ratio(size_bytes: float = 256 * MIB) -> dict[str, float]:
+    """Two ring all-gathers of ``size_bytes`` at once on the 8 GPUs of one node, over one alone: total
+    time, and bandwidth time (total less NCCL's latency and the launch overhead, which overlap)."""
+    hgx = build_topology("hgx-h100")
+    ranks = gpu_nodes(hgx)
+    one = simulate_collective(hgx, "all_gather", size_bytes, ranks, "ring")
+    two = simulate_collective(hgx, "all_gather", size_bytes, ranks, "ring", concurrent_groups=[ranks])
+    ((_, _, cost),) = entry_costs("all_gather", size_bytes, 8, 8, Fabric.from_topology(hgx), "ring", "simple",
+                                  DEFAULT)
+    fixed = float(cost.latency_s + cost.extra_latency_s)
+    return {"one_s": one, "two_s": two, "ratio": two / one, "bandwidth_ratio": (two - fixed) / (one - fixed)}
+
+
 def _shift_pairs(gpus: list[str], num_flows: int) -> list[tuple[str, str]]:
     """Inter-node same-rail shifts: flow i goes from gpu i to gpu i + 8 * (1 + i // N)."""
     n = len(gpus)
@@ -120,7 +149,7 @@ def _scaling(graph, counts: list[int]) -> dict[str, object]:
 
 
 def _line(name: str, r: dict[str, float]) -> str:
-    return (f"{name:<10} wall {r['wall_s'] * 1e3:8.1f} ms  cpu {r['cpu_s'] * 1e3:8.1f} ms  "
+    return (f"{name:<14} wall {r['wall_s'] * 1e3:8.1f} ms  cpu {r['cpu_s'] * 1e3:8.1f} ms  "
             f"events {r['events']:5d}  {r['events_per_s']:7.0f} ev/s  sim {r['sim_time_s'] * 1e3:7.3f} ms")
 
 
@@ -148,6 +177,17 @@ def main() -> dict[str, object]:
     print(f"fitted exponent wall ~ flows^k: shift k = {scaling['shift_exponent']:.2f}, "
           f"random k = {scaling['random_exponent']:.2f}")
     figures["scaling"] = scaling
+    for name, graph, case, target in (("nccl_ring_8", hgx, _nccl("all_reduce", GIB, "ring"), "50 ms"),
+                                      ("nccl_a2a_64", rail8, _nccl("all_to_all", 64 * MIB), "1 s"),
+                                      ("nccl_hier_1024", rail128, _nccl("all_reduce", GIB, "hierarchical"), "2 s")):
+        figures[name] = run_case(graph, case)
+        print(_line(name, figures[name]), f"(target <= {target})")
+    contention = contention_ratio()
+    print(f"two 256 MiB ring all-gathers on one node: {contention['two_s'] * 1e3:.3f} ms vs one "
+          f"{contention['one_s'] * 1e3:.3f} ms: x{contention['ratio']:.3f} (bandwidth term "
+          f"x{contention['bandwidth_ratio']:.3f}; physics: 2)")
+    figures["contention_2x_allgather_ratio"] = contention["ratio"]
+    figures["contention_2x_allgather_bandwidth_ratio"] = contention["bandwidth_ratio"]
     print(json.dumps(_rounded(figures), separators=(",", ":")))
     return figures
 
