@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..collectives.flows import run_collective
+from ..collectives.flows import collective_channels, run_collective
+from ..hardware import get_gpu
 from .alltoallv import pxn_relay, run_alltoallv
 from .executor import Executor, _plan, _segments
 from .pricing import group_shape, idle_cost_s, packed_shape
@@ -50,10 +51,21 @@ class LaneComm:
                           else [False] * len(self.groups))
         self.ep_index = {g: placement_e for placement_e, g in _ep_ranks(placement)}
         self.packed = {kind: packed_shape(ctx, s, kind) for kind in _KINDS}
+        #: SMs per GPU, of which a running collective holds :meth:`kernel_sms` (the executor's SM
+        #: sharing, as :class:`~simcore.engine.comm.FlowComm`; none with contention off, as AnalyticComm)
+        self.num_sms = 0 if self.analytic_only else get_gpu(graph.graph["gpu"]).num_sms
         self._pending: dict[tuple, list] = {}
         self.flows_run = 0
         self.record = record
         self.analytic_log: list[tuple[list[str], str, float, float, float]] = []  # for link counters
+
+    def kernel_sms(self, lane: int, op) -> int:
+        """SMs the op's NCCL kernel holds on each GPU of the lane while it runs (one per channel)."""
+        gids = self.lane_groups.get((lane, op.group), [])
+        if op.size_bytes <= 0 or not gids:
+            return 0
+        return collective_channels(self.network, op.collective, op.size_bytes, self.groups[gids[0]][1],
+                                   fabric=self.ctx.cluster.fabric, **self.kwargs)
 
     # ----- rendezvous -------------------------------------------------------------------------
     def run(self, env: simpy.Environment, lane: int, op, microbatch: int, step: int):
