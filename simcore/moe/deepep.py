@@ -1,9 +1,11 @@
 """DeepEP's dispatch and combine as two all-to-all algorithms with their own costs.
 
-- ``normal`` (high-throughput, prefill): a token crosses the scale-out network once per destination
-  node (to the GPU of its own rail there), which forwards it over NVLink once per destination rank;
-  RDMA and NVLink stages are pipelined, so the slower one sets the time. Within one node it is a
-  direct NVLink copy, once per destination rank.
+- ``normal`` (high-throughput, prefill): a token goes through the RDMA path once per destination
+  node (to the GPU of its own rail there; its own node's share included, as DeepEP's measured rates
+  say: they stay at 43-46 GB/s per GPU from 2 to 8 nodes, which with remote bytes alone would put
+  2 nodes' NVLink forwarding at 240 GB/s, above H800's 200 GB/s), and that GPU forwards it over
+  NVLink once per destination rank; the RDMA and NVLink stages are pipelined, so the slower one
+  sets the time. Within one node it is a direct NVLink copy, once per destination rank.
 - ``low_latency`` (decode): every token copy is written straight into the buffer of its expert's
   rank: over NVLink to ranks of the same node (DeepEP since PR #173, 2025-06; ``ll_nvlink``) and
   by RDMA to the others, each rank paying a fixed cost plus a small cost per peer.
@@ -33,14 +35,15 @@ MODES = ("normal", "low_latency")
 
 @dataclass(frozen=True)
 class DeepEPConstants:
-    """Fitted physical constants (SI). ``normal_latency_s`` is a prior: the normal-mode rows give
-    bandwidths at 4096 tokens only, where a fixed cost of microseconds does not show."""
+    """Fitted physical constants (SI; ``python -m validation.studies.moe_fit``, 20 rows of H800:
+    median |error| 1.3%). ``normal_latency_s`` is a prior: the normal-mode rows give bandwidths at
+    4096 tokens only, where a fixed cost of microseconds does not show."""
 
-    nvlink_efficiency: float = 0.776  # normal mode: fraction of the GPU's per-direction NVLink rate
-    rdma_efficiency: float = 0.888  # normal mode: fraction of the NIC rate
-    ll_rdma_efficiency: float = 0.842  # low-latency mode: fraction of the NIC rate
-    ll_latency_s: float = 7.1e-6  # low-latency: fixed cost of one dispatch or combine
-    ll_per_peer_s: float = 0.05e-6  # low-latency: per destination rank (its writes and signal)
+    nvlink_efficiency: float = 0.791  # normal mode: fraction of the GPU's per-direction NVLink rate
+    rdma_efficiency: float = 0.899  # normal mode: fraction of the NIC rate
+    ll_rdma_efficiency: float = 0.827  # low-latency mode: fraction of the NIC rate
+    ll_latency_s: float = 2.86e-6  # low-latency: fixed cost of one dispatch or combine
+    ll_per_peer_s: float = 0.037e-6  # low-latency: per destination rank (its writes and signal)
     normal_latency_s: float = 20e-6  # normal mode: fixed cost (prior: notify + barrier, as NCCL's ~20 us)
     ll_nvlink: bool = True  # low-latency kernels reach same-node ranks over NVLink
 
@@ -102,9 +105,9 @@ def pair_times_s(mode: str, pair_tokens: np.ndarray, tokens_per_rank, top_k: int
     on_local = np.eye(rpn)[local]  # [ep, rpn]
     node_frac = frac @ on_node
     per_node = tokens[:, None] * (1.0 - (1.0 - np.clip(node_frac, 0, 1)) ** top_k)  # [ep, nodes]
-    remote = node[:, None] != np.arange(on_node.shape[1])[None, :]
-    rdma_send = (per_node * remote).sum(axis=1)
-    rdma_recv = (on_local.T @ (per_node * remote))[local, node]  # arriving on this rank's rail
+    multi = float(on_node.shape[1] > 1)  # one node: the intranode kernels, no RDMA at all
+    rdma_send = per_node.sum(axis=1) * multi
+    rdma_recv = (on_local.T @ per_node)[local, node] * multi  # arriving on this rank's rail
     fwd = distinct * ~(local[:, None] == local[None, :])  # NVLink hops (own rail's tokens skip them)
     nvl_send = (on_local.T @ fwd @ on_node)[local, node]  # what this rank forwards in its node
     nvl_recv = fwd.sum(axis=0)
@@ -131,6 +134,6 @@ def uniform_time_s(mode: str, tokens_per_rank, top_k: int, token_bytes, ep, rank
     d_hot = t * (1.0 - (1.0 - np.minimum(hot / ep, 1.0)) ** top_k)  # ... to the hot rank
     per_node = t * (1.0 - (1.0 - rpn / ep) ** top_k)
     per_node_hot = t * (1.0 - (1.0 - np.minimum((rpn - 1 + hot) / ep, 1.0)) ** top_k)  # the hot rank's node
-    rdma = (nodes - 1) * np.maximum(per_node, per_node_hot)
+    rdma = np.where(nodes > 1, nodes, 0.0) * np.maximum(per_node, per_node_hot)
     nvl = np.maximum(nodes * (rpn - 1) * d, (ep - nodes) * d_hot)
     return kernel_time_s(mode, nvl * token_bytes, rdma * token_bytes, ep - 1, gpu, c)

@@ -67,6 +67,12 @@ def _inference(data: Path, out: Path, study) -> dict:
     return inference.run(data, out)
 
 
+def _moe(data: Path, out: Path, study) -> dict:
+    from validation.studies import moe
+
+    return moe.run(data, out)
+
+
 def _fidelity(out: Path, study) -> dict:
     from validation.studies import fidelity
 
@@ -90,6 +96,7 @@ STUDIES = {
     "collectives": (_collectives, "collectives_calibration.csv"),
     "kernels": (_kernels, "kernels_h100.csv"),
     "inference": (_inference, "inference_calibration.csv"),
+    "moe": (_moe, "ep_alltoall_deepep.csv"),
     "fidelity": (_fidelity, None),
     "rewrites": (_rewrites, None),
 }
