@@ -183,3 +183,23 @@ def test_redundant_experts_cost_memory_and_are_checked():
     assert "redundant_experts" in reason_names(int(too_many.reasons[0]))
     assert Strategy.from_yaml(s.replace(redundant_experts=3).to_yaml()).redundant_experts == 3
     assert "redundant_experts" not in s.to_dict()  # old plans keep their form
+
+
+def _shard_sim(tmp_path, *overrides):
+    import subprocess
+    import sys
+
+    code = "import sys; from simcore.apps.sim import main; sys.argv = ['shard-sim'] + sys.argv[1:]; main()"
+    return subprocess.run([sys.executable, "-c", code, "experiment=deepseek-8node", f"hydra.run.dir={tmp_path}",
+                           *overrides], capture_output=True, text=True, timeout=300)
+
+
+def test_shard_sim_rejects_replicas_beyond_hbm_and_bad_load_files(tmp_path):
+    r = _shard_sim(tmp_path, "strategy.ep=64", "strategy.batch=64", "strategy.redundant_experts=2000")
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith("error: strategy.redundant_experts=2000") and len(r.stderr.strip().splitlines()) == 1
+    bad = tmp_path / "loads.json"
+    bad.write_text(json.dumps([[1.0] * 255]))
+    r = _shard_sim(tmp_path, "strategy.ep=64", "strategy.batch=64", "sim.routing.distribution=file",
+                   f"sim.routing.path={bad}")
+    assert r.returncode == 2 and "error: routing.path:" in r.stderr and "255 experts" in r.stderr

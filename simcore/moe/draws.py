@@ -116,6 +116,8 @@ def expected_max_loads(cfg: RoutingConfig | None, num_experts: int, ep, token_co
         return 1.0
     ep, copies, redundant = np.broadcast_arrays(np.asarray(ep, dtype=np.int64), np.asarray(token_copies, dtype=float),
                                                 np.asarray(redundant, dtype=np.int64))
+    if cfg.is_uniform and not redundant.any() and not np.any(num_experts % np.maximum(ep, 1)):
+        return 1.0  # exactly balanced: the proxy's prices stay what they were without a routing config
     if not cfg.sampled:  # the copies do not matter
         copies = np.zeros_like(copies)
     rows = np.stack([ep.ravel().astype(float), copies.ravel(), redundant.ravel().astype(float)], axis=1)
