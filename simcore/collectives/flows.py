@@ -177,12 +177,15 @@ class _Plan:
         return [f for g, sw in gpus for f in ((((g, sw),), up, 0), (((sw, g),), down, 0))]
 
     def p2p(self, src: str, dst: str, size: float) -> Flow:
-        """src -> dst; across domains via the GPU on dst's rail (PXN), then along the rail, pipelined."""
+        """src -> dst; across domains via the GPU on dst's rail (PXN), then along the rail, pipelined.
+        Its ECMP key is the source's rank: each (src, dst) pair is its own queue pair, also when
+        several sources share a relay."""
         gs, gd = self.graph.nodes[src], self.graph.nodes[dst]
+        key = int(src[3:])  # GPU nodes are gpu<rank> (topologies.graph)
         if gs.get("domain", gs["node"]) == gd.get("domain", gd["node"]) or gs["local"] == gd["local"]:
-            return (((src, dst),), size, 0)
+            return (((src, dst),), size, key)
         relay = self._gpu_at(gs["node"], gd["local"])
-        return (((src, dst),), size, 0) if relay is None else (((src, relay), (relay, dst)), size, 0)
+        return (((src, dst),), size, key) if relay is None else (((src, relay), (relay, dst)), size, key)
 
     def _gpu_at(self, node: int, local: int) -> str | None:
         if self._by_pos is None:
@@ -222,10 +225,10 @@ def _phases(collective: str, algo: str, proto: str, plan: _Plan, shape: Shape, f
     if algo == "hierarchical":
         return _hierarchical(collective, proto, plan, shape, fabric, c)
     if algo == "direct" and collective == "all_to_all":
-        return [(latency, _all_to_all_direct(plan, S, proto, shape, fabric, c), 0.0)]
+        return [(latency, _all_to_all_direct(plan, S, proto, shape, fabric, c), fill)]
     if algo == "pairwise":
         return _pairwise(plan, S, proto, cost, c)
-    return [(latency, [([plan.p2p(plan.ranks[0], plan.ranks[-1], S)], duration)], 0.0)]  # send_recv
+    return [(latency, [([plan.p2p(plan.ranks[0], plan.ranks[-1], S)], duration)], fill)]  # send_recv
 
 
 def _hierarchical(collective: str, proto: str, plan: _Plan, shape: Shape, fabric: Fabric,
@@ -271,8 +274,9 @@ def _pairwise(plan: _Plan, S: float, proto: str, cost: EntryCost, c: NcclConstan
     base = c.ring_base_latency_s[PROTO_INDEX[proto]] + float(cost.extra_latency_s)
     hop = (float(cost.latency_s) - c.ring_base_latency_s[PROTO_INDEX[proto]]) / (n - 1)
     per_step = float(cost.bandwidth_s) / (n - 1)
+    fill = _fill_ratio(cost)  # the network fill across domains (0 inside one)
     return [((base if s == 1 else 0.0) + hop,
-             [([plan.p2p(ranks[i], ranks[(i + s) % n], S / n) for i in range(n)], per_step)], 0.0)
+             [([plan.p2p(ranks[i], ranks[(i + s) % n], S / n) for i in range(n)], per_step)], fill)
             for s in range(1, n)]
 
 
