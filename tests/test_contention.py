@@ -147,6 +147,22 @@ def test_adaptive_routing_spreads_flows_that_ecmp_may_stack():
         FlowNetwork(env, g, routing="random")
 
 
+def test_routing_study_adaptive_balances_uplinks_and_reaches_the_idle_time():
+    """A 1 GiB ring all-gather over 64 GPUs on a 2:1 fat tree: adaptive routing spreads the 16 channels
+    crossing each leaf evenly over its 4 spines, so the ring is never uplink-bound and takes its
+    analytic time; ECMP's hash stacks channels on some uplink for some seeds."""
+    from simcore.collectives import collective_time_s
+    from validation.routing_study import run_workload
+
+    g = ib_fattree(8, oversubscription=2.0, nodes_per_leaf=2)
+    adaptive = run_workload(g, "ring_allgather", "adaptive")
+    assert adaptive["imbalance"] == pytest.approx(1.0)
+    idle = float(collective_time_s("all_gather", 1024 * MIB, 64, 8, FAB, "ring", "simple"))
+    assert adaptive["time_s"] == pytest.approx(idle, rel=1e-6)
+    ecmp = [run_workload(g, "ring_allgather", "ecmp", seed)["time_s"] for seed in range(3)]
+    assert min(ecmp) >= adaptive["time_s"] * (1 - 1e-9) and max(ecmp) > adaptive["time_s"] * 1.05
+
+
 # --------------------------------------------------------------------------------- SM sharing
 class _HalfTheSms:
     """Comm stub: ops take their duration; a collective holds 66 of 132 SMs."""

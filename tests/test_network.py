@@ -244,6 +244,55 @@ def test_input_errors():
         FlowNetwork(env, bad)
 
 
+# ---------------------------------------------------- derated links, chains, adaptive routing
+def test_link_efficiency_derates_capacity_for_every_flow():
+    env = simpy.Environment()
+    net = FlowNetwork(env, star(2), link_efficiency=lambda u, v, data: 0.8)
+    one = net.transfer("gpu0", "gpu1", 1e9)
+    env.run(until=one)
+    assert one.value == pytest.approx(2e-6 + 1e9 / 0.8e9)
+    assert net.capacity[("gpu0", "sw")] == pytest.approx(0.8e9)
+    for factor in (0.0, 1.5):
+        with pytest.raises(ValueError, match="efficiency must be in"):
+            FlowNetwork(env, star(2), link_efficiency=lambda u, v, d, f=factor: f)
+
+
+def test_chain_crossing_a_link_twice_moves_at_half_its_rate():
+    """gpu0 -> gpu1 -> gpu0 -> gpu1: the chain crosses gpu0 -> sw twice, so it carries 2 x rate there."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, star(2, latency=0.0))
+    done = net.transfer_chains([[("gpu0", "gpu1"), ("gpu1", "gpu0"), ("gpu0", "gpu1")]], 1e9)
+    env.run(until=done)
+    assert done.value == pytest.approx(2.0)
+    assert net.link_bytes[("gpu0", "sw")] == pytest.approx(2e9)
+    with pytest.raises(ValueError, match="flow_keys"):
+        net.transfer_chains([[("gpu0", "gpu1")]], 1.0, flow_keys=[0, 1])
+
+
+def test_chain_latency_is_its_longest_leg_and_equal_pairs_cost_nothing():
+    env = simpy.Environment()
+    net = FlowNetwork(env, star(3, latency=1e-6))
+    done = net.transfer_chains([[("gpu0", "gpu1"), ("gpu1", "gpu2")], [("gpu2", "gpu2")]], 1e9)
+    env.run(until=done)
+    assert done.value == pytest.approx(2e-6 + 1.0)
+
+
+def test_adaptive_routing_is_deterministic_and_releases_its_load():
+    g = ib_fattree(2, nodes_per_leaf=1, spines=4)
+    pairs = [(f"gpu{i}", f"gpu{8 + i}") for i in range(8)]
+    used = []
+    for _ in range(2):
+        env = simpy.Environment()
+        net = FlowNetwork(env, g, routing="adaptive")
+        env.run(until=net.transfer_group(pairs, 1e8))
+        env.run(until=net.transfer_group(pairs, 1e8))  # after the first finished: same spread again
+        used.append(sorted(net.link_bytes.items()))
+        assert not net._flows_on.any()  # every finished flow gave its load back
+        spines = [v for (u, v) in net.link_bytes if u == "leaf0"]
+        assert [net.link_bytes[("leaf0", s)] for s in sorted(spines)] == pytest.approx([4e8] * 4)
+    assert used[0] == used[1]
+
+
 # ------------------------------------------------------------------------ property tests
 def reference_max_min(flows, links, capacity, caps):
     """Textbook progressive filling, one level per round, pure Python."""
