@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
-from simcore.config import ConfigError, HardwareConfig, ModelConfig, SimConfig, TopologyConfig, WorkloadConfig
+from simcore.config import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    SimConfig,
+    SpaceConfig,
+    TopologyConfig,
+    WorkloadConfig,
+)
 
 __all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "PLANNERS", "RERANKERS"]
 
@@ -19,11 +27,11 @@ RERANKERS = ("proxy", "sim")
 
 
 @dataclass
-class PlannerConfig:
+class PlannerConfig(SpaceConfig):
     """Search method and its knobs (fields a method does not use are ignored by it).
 
-    Space: ``batch``/``microbatches``/``max_tp``/``max_pp`` bound the coarse grid (``null`` = the
-    cluster's default); ``masking`` removes divisibility-invalid values before sampling; ``dp_head`` and
+    Space: ``batch``/``microbatches``/``max_tp``/``max_pp`` bound the coarse grid
+    (:class:`simcore.config.SpaceConfig`, shared with ``shard-sim``); ``masking`` removes divisibility-invalid values before sampling; ``dp_head`` and
     ``microbatch_head`` add those heads (else ``dp`` uses every GPU and microbatches are 1).
     Budget: ``budget`` proposals (invalid and repeated ones count), split into ``chunks`` checkpointed
     chunks. PPO: elite history ``T``, early exit at head confidence ``tau``, reward
@@ -40,10 +48,6 @@ class PlannerConfig:
 
     name: str = "ppo"
     budget: int = 4000
-    batch: list[int] | None = None
-    microbatches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    max_tp: int | None = None
-    max_pp: int = 16
     masking: bool = True
     dp_head: bool = False
     microbatch_head: bool = True

@@ -13,8 +13,9 @@ from typing import Any
 
 from .engine.simulate import EngineConfig
 
-__all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig",
-           "build_context", "build_workload", "build_cluster", "build_graph", "build_engine_config", "ConfigError"]
+__all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig", "SpaceConfig",
+           "build_context", "build_workload", "build_cluster", "build_graph", "build_engine_config", "build_space",
+           "ConfigError"]
 
 
 class ConfigError(ValueError):
@@ -59,6 +60,28 @@ class WorkloadConfig:
 
 # The simulator's switches (``sim`` group): contention, overlap, routing, placement, decode steps.
 SimConfig = EngineConfig
+
+
+@dataclass
+class SpaceConfig:
+    """Bounds of the coarse search space (the ``planner`` node's first fields; ``null`` = the cluster's
+    default): ``batch`` sizes, ``microbatches`` counts, ``max_tp`` (default: one NVLink domain, at
+    least 8) and ``max_pp``. ``shard-search`` draws every planner's proposals from it; ``shard-sim``
+    searches it for the best Megatron plan when given no plan."""
+
+    batch: list[int] | None = None
+    microbatches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    max_tp: int | None = None
+    max_pp: int = 16
+
+
+def build_space(ctx, space: SpaceConfig):
+    """The :class:`~simcore.space.SearchSpace` of a context and a composed ``planner`` node."""
+    from .space import SearchSpace
+
+    batch = tuple(int(b) for b in space.batch) if space.batch else None
+    return SearchSpace.for_context(ctx, batch=batch, microbatches=tuple(int(m) for m in space.microbatches),
+                                   max_tp=space.max_tp, max_pp=int(space.max_pp))
 
 
 def build_engine_config(cfg) -> EngineConfig:

@@ -31,7 +31,8 @@ import numpy as np
 
 from .hf_config import SPEC_TYPE, ModelConfigError, from_hf_config
 
-__all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "MODEL_NAMES", "CONFIG_DIR"]
+__all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "model_summary", "MODEL_NAMES",
+           "CONFIG_DIR"]
 
 #: Directory holding the preset ``<name>.json`` files.
 CONFIG_DIR = Path(__file__).with_name("model_configs")
@@ -339,3 +340,11 @@ def get_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
     if text.endswith(".json") or os.sep in text or Path(text).is_file():
         return from_hf_config(text)
     raise ValueError(f"unknown model {text!r}; valid names: {', '.join(MODEL_NAMES)}")
+
+
+def model_summary(model: ModelSpec | str) -> dict[str, Any]:
+    """What ``summary.json`` and ``result.json`` report about the model (parameters in elements)."""
+    spec = model if isinstance(model, ModelSpec) else get_model(model)
+    return {"name": spec.name, "total_params": spec.total_params(), "active_params": spec.active_params(),
+            "num_layers": spec.num_layers, "num_moe_layers": spec.num_moe_layers, "num_experts": spec.num_experts,
+            "top_k": spec.top_k, "sliding_window": spec.sliding_window, "window_layers": len(spec.window_layers)}

@@ -28,7 +28,6 @@ from planner.exact import exact_optimum
 from planner.megatron import megatron_search, strategy_from_key
 from planner.rerank import make_reranker, rerank_search
 from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
-from planner.space import SearchSpace
 from simcore.apps.common import (
     atomic_write_json,
     atomic_write_text,
@@ -37,18 +36,12 @@ from simcore.apps.common import (
     console,
     run_dir,
 )
-from simcore.config import build_context, build_engine_config, build_graph
+from simcore.config import build_context, build_engine_config, build_graph, build_space
+from simcore.models import model_summary
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
 from simcore.proxy import evaluate
 
 __all__ = ["run", "main"]
-
-
-def _space(ctx, cfg: DictConfig) -> SearchSpace:
-    p = cfg.planner
-    batch = tuple(int(b) for b in p.batch) if p.batch else None
-    return SearchSpace.for_context(ctx, batch=batch, microbatches=tuple(int(m) for m in p.microbatches),
-                                   max_tp=p.max_tp, max_pp=int(p.max_pp))
 
 
 def _search(ctx, space, cfg, out: Path, config: dict, resume: bool) -> SearchResult:
@@ -102,7 +95,7 @@ def run(cfg: DictConfig) -> dict:
     out = Path(resume_dir) if resume_dir else run_dir()
     config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
     ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim)
-    space = _space(ctx, cfg)
+    space = build_space(ctx, cfg.planner)
     con = console()
     result = _search(ctx, space, cfg, out, config, resume=bool(resume_dir))
     started = time.perf_counter()
@@ -149,7 +142,7 @@ def _summary(cfg, result: SearchResult, answer, reranked, megatron, exact, reran
         "megatron_tokens_per_s_per_gpu": megatron, "exact_tokens_per_s_per_gpu": exact,
         "ratio_to_megatron": proxy / megatron if proxy and megatron else None,
         "fraction_of_exact": proxy / exact if proxy and exact else None,
-        "strategy": answer.strategy.to_dict(),
+        "strategy": answer.strategy.to_dict(), "model": model_summary(cfg.model.name),
     }
 
 

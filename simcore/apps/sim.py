@@ -1,9 +1,11 @@
 """``shard-sim``: price one strategy (from the config or a ``best_plan.yaml``) and print its breakdown.
 
 ``shard-sim plan=outputs/.../best_plan.yaml`` replays a plan found by ``shard-search``;
-``shard-sim strategy.tp=8 strategy.batch=64`` prices a strategy given on the command line. The
-scenario groups (model, topology, workload) are the same as ``shard-search``'s; a plan file's
-scenario fields are applied unless overridden. ``export=vllm|sglang|megatron`` also prints the
+``shard-sim strategy.tp=8 strategy.batch=64`` prices a strategy given on the command line; with
+neither, ``shard-sim experiment=X`` simulates the scenario's best Megatron plan (Megatron's
+per-operator sharding, the degrees and batch best under the proxy, searched over the ``planner.*``
+space bounds) and says so. The scenario groups (model, topology, workload) are the same as
+``shard-search``'s; a plan file's scenario fields are applied unless overridden. ``export=vllm|sglang|megatron`` also prints the
 target's launch command and the per-operator choices it cannot express, priced by proxy and
 simulator (see :mod:`simcore.export`), and writes ``export_<target>.txt``.
 """
@@ -17,7 +19,6 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 
-from planner.config import SearchAppConfig
 from simcore.apps.common import (
     UserError,
     atomic_write_json,
@@ -27,47 +28,96 @@ from simcore.apps.common import (
     console,
     run_dir,
 )
-from simcore.config import build_context, build_engine_config, build_graph
+from simcore.config import (
+    HardwareConfig,
+    ModelConfig,
+    SimConfig,
+    SpaceConfig,
+    TopologyConfig,
+    WorkloadConfig,
+    build_context,
+    build_engine_config,
+    build_graph,
+    build_space,
+)
 from simcore.engine import simulate
 from simcore.engine.trace import write_trace
 from simcore.export import check_target, export_plan
-from simcore.memory import redundant_fit_error
+from simcore.megatron import megatron_search
+from simcore.memory import reason_names, redundant_fit_error
+from simcore.models import model_summary
 from simcore.proxy import evaluate
 from simcore.strategy import Strategy, megatron_sharding
 
 __all__ = ["run", "main", "SimAppConfig"]
 
 
+_DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
+
+
 @dataclass
 class StrategyConfig:
     """A strategy typed on the command line (``strategy.tp=8 strategy.sharding.dense_ffn2=dim1``);
-    ignored when ``plan`` is given."""
+    ignored when ``plan`` is given. A degree left null is 1 once any field is set; with none set
+    (every degree null, Megatron's sharding, no replicas) the best Megatron plan is simulated."""
 
-    tp: int = 1
-    ep: int = 1
-    pp: int = 1
-    dp: int = 1
-    batch: int = 1
-    microbatches: int = 1
+    tp: int | None = None
+    ep: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    batch: int | None = None
+    microbatches: int | None = None
     sharding: dict[str, str] = field(default_factory=megatron_sharding)
     redundant_experts: int = 0
 
 
 @dataclass
-class SimAppConfig(SearchAppConfig):
+class SimAppConfig:
+    """``shard-sim``'s config: the scenario groups, the ``sim`` switches, the plan to price (``plan``
+    file or ``strategy.*``), ``export`` target, and ``planner``: the space bounds of the Megatron
+    search run when neither ``plan`` nor ``strategy.*`` is given."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    planner: SpaceConfig = field(default_factory=SpaceConfig)
+    scenario: str = "custom"
     plan: str | None = None
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     export: str | None = None
 
 
-def _load(cfg: DictConfig) -> Strategy:
+def _load(cfg: DictConfig) -> Strategy | None:
+    """The plan file's or the command line's strategy; ``None`` when neither gives one."""
     if cfg.plan:
         plan = _plan_file(str(cfg.plan))
         if plan.get("model") not in (None, cfg.model.name):
             raise UserError(f"plan: made for model {plan['model']!r} (scenario {plan.get('scenario')!r}), "
                             f"the config has {cfg.model.name!r}; pass experiment={plan.get('scenario')} or model=...")
         return Strategy.from_yaml(str(cfg.plan))
-    return Strategy.from_dict(OmegaConf.to_container(cfg.strategy, resolve=True) or {})
+    given = OmegaConf.to_container(cfg.strategy, resolve=True) or {}
+    if all(given.get(d) is None for d in _DEGREES) and not given.get("redundant_experts") \
+            and given.get("sharding") == megatron_sharding():
+        return None
+    return Strategy.from_dict({k: (1 if k in _DEGREES and v is None else v) for k, v in given.items()})
+
+
+def _best_megatron(ctx, cfg: DictConfig) -> tuple[Strategy, str]:
+    """The best valid Megatron plan of the scenario under the proxy, and the line that says so."""
+    ranked = megatron_search(ctx, build_space(ctx, cfg.planner))
+    best = ranked.strategy(0)
+    if not ranked.num_valid:
+        reasons = ", ".join(reason_names(int(ranked.result.reasons[ranked.order[0]])))
+        raise UserError(f"strategy: no plan given and no Megatron plan of {ctx.model.name} is valid on "
+                        f"{ctx.cluster.num_gpus} GPUs among {ranked.calls} degree combinations ({reasons}); "
+                        "pass plan=... or strategy.*=...")
+    line = (f"no plan given: simulating the best Megatron plan of {cfg.scenario} under the proxy "
+            f"(Megatron's per-operator sharding; tp={best.tp} ep={best.ep} pp={best.pp} dp={best.dp} "
+            f"batch={best.batch} microbatches={best.microbatches}, best of {ranked.num_valid} valid among "
+            f"{ranked.calls} degree combinations); pass plan=... or strategy.*=... for another")
+    return best, line
 
 
 def _plan_file(path: str) -> dict:
@@ -114,6 +164,11 @@ def run(cfg: DictConfig) -> dict:
         check_target(str(cfg.export))
     strategy = _load(cfg)
     ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim)
+    source, note = ("plan" if cfg.plan else "command line"), None
+    if strategy is None:
+        strategy, note = _best_megatron(ctx, cfg)
+        source = "best Megatron plan"
+        console().print(note)
     graph = build_graph(cfg.topology, cfg.hardware)
     engine = build_engine_config(cfg.sim)
     engine.trace = True
@@ -137,7 +192,8 @@ def run(cfg: DictConfig) -> dict:
         verdict = "valid" if r.valid else f"INVALID ({', '.join(r.reasons)})"
         con.print(f"{label}: {verdict}")
     out = run_dir()
-    payload = {"scenario": cfg.scenario, "proxy": proxy.to_dict(), "sim": sim.to_dict()}
+    payload = {"scenario": cfg.scenario, "strategy_source": source, "model": model_summary(ctx.model),
+               "proxy": proxy.to_dict(), "sim": sim.to_dict()}
     if cfg.export is not None:
         exported = export_plan(strategy, ctx.model, str(cfg.export), ctx=ctx, graph=graph, engine=engine,
                                plan_sim=sim.tokens_per_s_per_gpu)
@@ -145,10 +201,15 @@ def run(cfg: DictConfig) -> dict:
         print(text, end="", flush=True)  # plain print: the command stays copy-pasteable
         atomic_write_text(out / f"export_{exported.target}.txt", text)
         payload["export"] = exported.to_dict()
-    atomic_write_json(out / "result.json", payload)
+    written = [atomic_write_json(out / "result.json", payload).name]
     if sim.trace is not None:
         write_trace(out / "trace.json", sim.trace)
-    con.print(f"simulated in {sim.wall_s:.2f} s; run dir: {out}")
+        written.append("trace.json")
+    if cfg.export is not None:
+        written.append(f"export_{exported.target}.txt")
+    if note:
+        con.print(f"simulated: {source} of {cfg.scenario}")
+    con.print(f"simulated in {sim.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
     structural = [r for r in proxy.reasons if r not in ("hbm_capacity", "ttft_slo", "tpot_slo")]
     if structural:  # the user's strategy cannot run at all: bad input (results are written above)
         raise UserError(f"strategy: not runnable on {ctx.cluster.num_gpus} GPUs of {ctx.model.name}: "
