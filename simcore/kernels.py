@@ -18,11 +18,15 @@ from numpy.typing import ArrayLike
 from simcore.hardware import PRECISION_BYTES, GpuSpec
 from simcore.xp import namespace
 
-__all__ = ["gemm_flops", "gemm_bytes", "gemm_time_s", "attention_time_s", "memory_time_s"]
+__all__ = ["gemm_flops", "gemm_bytes", "gemm_time_s", "attention_time_s", "memory_time_s", "DECODE_ATTENTION_FILL_S"]
 
 #: Bytes per activation element entering a GEMM: BF16 models read BF16 activations; FP8 GEMMs
 #: quantize their input activations to FP8 (the output stays BF16 either way).
 _ACTIVATION_OUT_BYTES = 2.0
+#: Fixed latency of a decode attention kernel beyond ``kernel_overhead_s`` (s): the KV-block chain and
+#: the split-KV merge. Fitted by ``python -m validation.fit_kernels`` (median residual of the fit
+#: split's decode rows, H100: FlashAttention-2 paged decode timed with nvbench).
+DECODE_ATTENTION_FILL_S = 1.17e-5
 
 
 def _out(value) -> np.ndarray:
@@ -105,18 +109,24 @@ def gemm_time_s(m: ArrayLike, n: ArrayLike, k: ArrayLike, gpu: GpuSpec, precisio
     return _out(xp.maximum(compute_s, float(memory_s) if xp is not np else memory_s) + gpu.kernel_overhead_s)
 
 
-def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, precision: str) -> np.ndarray:
+def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, precision: str,
+                     decode: bool = False) -> np.ndarray:
     """Time in s of one fused (FlashAttention-style) attention kernel: ``flops`` and ``size_bytes`` of HBM.
 
     ``max(flops / (peak_bf16 * attention_efficiency), size_bytes / (hbm * hbm_efficiency)) + overhead``.
     The matrix products run at the BF16 rate whatever ``precision`` (serving kernels dequantize an FP8
     KV cache to BF16); ``precision`` is checked and the caller accounts for it in ``size_bytes``.
+
+    ``decode`` (one query per sequence over a KV cache) adds :data:`DECODE_ATTENTION_FILL_S`: a decode
+    kernel walks each sequence's KV blocks in a dependent chain (load K, score, softmax, load V) and
+    merges the split-KV partial results, a fixed latency that small batches cannot hide.
     """
     _check_precision(precision)
     xp, (flops, size_bytes) = _floats(flops, size_bytes)
     compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
     memory_s = size_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
-    return _out(xp.maximum(compute_s, memory_s) + gpu.kernel_overhead_s)
+    fill_s = DECODE_ATTENTION_FILL_S if decode else 0.0
+    return _out(xp.maximum(compute_s, memory_s) + gpu.kernel_overhead_s + fill_s)
 
 
 def memory_time_s(size_bytes: ArrayLike, gpu: GpuSpec) -> np.ndarray:

@@ -191,7 +191,12 @@ class _Lowerer:
         if self.phase == "decode":  # sliding-window layers attend to at most their window
             span = self.m.attention_context(self.context)
             flops_seq = 2.0 * span * heads * (d_qk + d_v)
-            bytes_seq = span * kv_layer + heads * (d_qk + d_v) * self.act
+            # KV passes: 1 when a KV head is loaded once for its group of query heads; a per-query-head
+            # kernel re-reads it for each further head of the local group (workload.decode_kv_reread).
+            group = 1.0 if self.m.is_mla else heads / self.m.num_kv_heads * self.xp.where(
+                c == 1, kv_heads_shard / self.t, 1.0)
+            passes = 1.0 + self.xp.maximum(group - 1.0, 0.0) * self.w.decode_kv_reread
+            bytes_seq = span * kv_layer * passes + heads * (d_qk + d_v) * self.act
         else:
             s_len = float(self.w.input_len)
             flops_seq = 2.0 * self.m.prefill_attention_pairs(s_len) * heads * (d_qk + d_v)
@@ -200,7 +205,7 @@ class _Lowerer:
         flops = flops_seq * seqs_local / self.xp.where(c == 1, self.t, 1.0)
         kv_div = self.xp.where(c == 1, kv_heads_shard, 1.0)
         nbytes = bytes_seq * seqs_local / kv_div
-        time = attention_time_s(flops, nbytes, self.gpu, self.w.precision)
+        time = attention_time_s(flops, nbytes, self.gpu, self.w.precision, decode=self.phase == "decode")
         return Task("attention", "attention", "attention", time, flops=flops)
 
     def _norms(self, lay) -> Task:

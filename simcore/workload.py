@@ -32,6 +32,11 @@ class Workload:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     activation_bytes: float = 2.0  # bf16 activations between kernels
+    #: Decode attention kernel generation: the fraction of a KV head's bytes each further query head
+    #: of its group re-reads from HBM. 0: today's kernels (FlashInfer, FlashAttention, TensorRT-LLM
+    #: XQA) load each KV head once for its whole group; > 0: a masked-MHA kernel with one thread
+    #: block per query head (TensorRT-LLM before XQA), whose re-reads L2 only partly catches.
+    decode_kv_reread: float = 0.0
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -42,6 +47,8 @@ class Workload:
             raise ValueError(f"workload.input_len must be a positive integer, got {self.input_len!r}")
         if not isinstance(self.output_len, int) or self.output_len < 1:
             raise ValueError(f"workload.output_len must be a positive integer, got {self.output_len!r}")
+        if not 0.0 <= self.decode_kv_reread <= 1.0:
+            raise ValueError(f"workload.decode_kv_reread must be in [0, 1], got {self.decode_kv_reread!r}")
         for name in ("ttft_slo_s", "tpot_slo_s"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):

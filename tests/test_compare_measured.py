@@ -11,6 +11,7 @@ def test_shipped_measurements_are_scored_and_end_with_json(capsys):
     summary = compare_measured.main(["--no-sim"])
     assert summary["rows"] == 27 and summary["skipped"] == 0
     assert set(summary["median_abs_err_by_phase"]) == {"decode", "prefill"}
+    assert list(summary["by_split"]) == ["test (out of sample), 27 rows"]
     assert 0 < summary["median_abs_err"]["proxy"] < 0.5
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
 

@@ -8,7 +8,8 @@ difference from the inference study is physical, not per row: those rows carry n
 cost between forward passes, so the catalog GPU's ``iteration_overhead_s`` (the serving runtime's cost
 per pass, fitted on vLLM/TensorRT-LLM figures) is replaced by ``--runtime-overhead-s`` (default 0).
 Everything else (kernels, launch overhead per kernel, attention, HBM) is the calibrated model as is, so
-this scores the compute model out of sample. Ends with one JSON line.
+this scores the compute model out of sample (the shipped rows are ``split=test``; ``by_split`` labels
+the figure with its set and row count). Ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from simcore.lowering import CostContext
+from validation.split import split_label, split_of
 from validation.studies.inference import parse_row, predict
 
 __all__ = ["main"]
@@ -48,6 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit("error: --runtime-overhead-s must be >= 0")
     errors: dict[str, list[float]] = {"sim": [], "proxy": []}
     by_phase: dict[str, list[float]] = {}
+    by_split: dict[str, list[float]] = {}
     skipped = 0
     print(f"{'model':<14} {'phase':<8} {'batch':>5} {'len':>5} {'metric':<8} {'meas':>9} {'sim':>9} "
           f"{'proxy':>9} {'err':>7}")
@@ -57,6 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
                 try:
+                    split = split_of(row)
                     case = _without_runtime(parse_row(row), args.runtime_overhead_s)
                 except (ValueError, KeyError) as err:
                     skipped += 1
@@ -69,12 +73,14 @@ def main(argv: list[str] | None = None) -> dict:
                 if not args.no_sim:
                     errors["sim"].append(abs(err))
                 by_phase.setdefault(row["scenario"], []).append(abs(err))
+                by_split.setdefault(split, []).append(abs(err))
                 print(f"{row['model']:<14} {row['scenario']:<8} {row['batch']:>5} {row['input_len']:>5} "
                       f"{case.metric:<8} {case.value:9.3f} {sim:9.3f} {proxy:9.3f} {err:+7.1%}")
     summary = {"data": [str(p) for p in args.data], "runtime_overhead_s": args.runtime_overhead_s,
                "rows": len(errors["proxy"]), "skipped": skipped,
                "median_abs_err": {k: round(statistics.median(v), 4) for k, v in errors.items() if v},
-               "median_abs_err_by_phase": {k: round(statistics.median(v), 4) for k, v in by_phase.items()}}
+               "median_abs_err_by_phase": {k: round(statistics.median(v), 4) for k, v in by_phase.items()},
+               "by_split": {split_label(k, len(v)): round(statistics.median(v), 4) for k, v in by_split.items()}}
     print(json.dumps(summary))
     return summary
 

@@ -1,10 +1,16 @@
-"""Fit the one runtime parameter the kernel and collective fits cannot see: the host/runtime time of a
-forward pass (``GpuSpec.iteration_overhead_s``: scheduling, sampling, launch gaps between kernels).
+"""Fit the two runtime parameters the kernel and collective fits cannot see, on fit rows only.
 
-``python -m validation.fit_inference [--data PATH]``: for a grid of values, predicts every usable row
-of an inference CSV (schema of ``inference_calibration.csv``) with the proxy and keeps the value with
-the lowest median |log(predicted / measured)|. One scalar for all rows, never per-row factors. Ends
-with one JSON line.
+``python -m validation.fit_inference [--data PATH ...]``
+
+* ``GpuSpec.iteration_overhead_s``: the host/runtime time of a forward pass (scheduling, sampling,
+  launch gaps between kernels), on every usable row;
+* ``MMHA_KV_REREAD`` (``validation.studies.inference``, a ``Workload.decode_kv_reread``): the fraction
+  of a KV head each further query head of its group re-reads from HBM under TensorRT-LLM's masked-MHA
+  decode kernel (before XQA), on the rows that run it.
+
+Each is the grid value with the lowest median |log(predicted / measured)| of the proxy, the two
+alternating until neither moves. Two scalars for all rows, never per-row factors. The data must be
+fit rows (``validation/split.py``): a test row is a one-line error. Ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -20,58 +26,98 @@ from pathlib import Path
 import numpy as np
 
 from simcore.proxy import evaluate
-from validation.studies.inference import _metric, parse_row
+from validation.split import refuse_test_rows
+from validation.studies import inference
+from validation.studies.inference import _metric, decode_kv_reread, parse_row
 
-__all__ = ["main", "fit"]
+__all__ = ["main", "fit", "fit_reread"]
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "inference_calibration.csv"
+OVERHEAD_GRID_S = np.arange(0.0, 6.01e-3, 0.25e-3)
+REREAD_GRID = np.round(np.arange(0.0, 1.001, 0.05), 2)
 
 
-def _cases(path: Path):
+def _cases(paths: list[Path]):
+    """(case, row) of every usable row, and the number skipped; refuses test rows."""
     cases, skipped = [], 0
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
+    for path in paths:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        refuse_test_rows(rows, path)
+        for row in rows:
             try:
-                cases.append(parse_row(row))
+                cases.append((parse_row(row), row))
             except (ValueError, KeyError):
                 skipped += 1
     return cases, skipped
 
 
-def _errors(cases, overhead_s: float) -> list[float]:
+def _errors(cases, overhead_s: float, reread: float) -> list[float]:
+    """log(pred / meas) of every case with these two parameters."""
     out = []
-    for case in cases:
+    for case, row in cases:
         gpu = case.ctx.cluster.gpu.with_overrides(iteration_overhead_s=overhead_s)
-        cluster = dataclasses.replace(case.ctx.cluster, gpu=gpu)
-        ctx = dataclasses.replace(case.ctx, cluster=cluster)
-        pred = _metric(case, evaluate(ctx, case.strategy))
-        out.append(math.log(pred / case.value))
+        # the row's runtime generation decides whether the re-read applies
+        workload = dataclasses.replace(case.ctx.workload, decode_kv_reread=decode_kv_reread(row, case.ctx.model, reread))
+        ctx = dataclasses.replace(case.ctx, cluster=dataclasses.replace(case.ctx.cluster, gpu=gpu), workload=workload)
+        out.append(math.log(_metric(case, evaluate(ctx, case.strategy)) / case.value))
     return out
 
 
-def fit(cases, grid_s=None) -> tuple[float, dict[float, float]]:
-    """The overhead with the lowest median |log error|, and the whole curve."""
-    grid_s = np.arange(0.0, 6.01e-3, 0.25e-3) if grid_s is None else grid_s
-    curve = {float(g): statistics.median(abs(e) for e in _errors(cases, float(g))) for g in grid_s}
-    best = min(curve, key=curve.get)
-    return best, curve
+def _median_abs(errors: list[float]) -> float:
+    return statistics.median(abs(e) for e in errors)
+
+
+def fit(cases, grid_s=None, reread: float = 0.0) -> tuple[float, dict[float, float]]:
+    """The overhead with the lowest median |log error| at ``reread``, and the whole curve."""
+    grid_s = OVERHEAD_GRID_S if grid_s is None else grid_s
+    curve = {float(g): _median_abs(_errors(cases, float(g), reread)) for g in grid_s}
+    return min(curve, key=curve.get), curve
+
+
+def fit_reread(cases, overhead_s: float, grid=None) -> tuple[float, dict[float, float]]:
+    """The masked-MHA re-read fraction with the lowest median |log error| on the rows it touches."""
+    grid = REREAD_GRID if grid is None else grid
+    mmha = [(c, r) for c, r in cases if _touched(c, r)]
+    if not mmha:
+        return inference.MMHA_KV_REREAD, {}
+    curve = {float(g): _median_abs(_errors(mmha, overhead_s, float(g))) for g in grid}
+    return min(curve, key=curve.get), curve
+
+
+def _touched(case, row) -> bool:
+    """Whether the row's runtime decodes with the masked-MHA kernel (a static or decode row)."""
+    return case.ctx.workload.phase != "prefill" and decode_kv_reread(row, case.ctx.model, 1.0) > 0
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, nargs="+", default=[DEFAULT_DATA])
     args = parser.parse_args(argv)
+    for path in args.data:
+        if not path.is_file():
+            raise SystemExit(f"error: --data: no such file {path}")
     cases, skipped = _cases(args.data)
     if not cases:
-        raise SystemExit(f"no usable rows in {args.data}")
-    best, curve = fit(cases)
+        raise SystemExit(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
+    reread, overhead = 0.0, None
+    for _ in range(4):  # alternate until neither moves (coordinate descent on two grids)
+        best, curve = fit(cases, reread=reread)
+        new_reread, reread_curve = fit_reread(cases, best)
+        if best == overhead and new_reread == reread:
+            break
+        overhead, reread = best, new_reread
     for g, err in curve.items():
         print(f"iteration_overhead {g * 1e3:5.2f} ms: median |error| {math.expm1(err):6.1%}"
-              + ("   <- best" if g == best else ""))
-    errors = _errors(cases, best)
-    figures = {"iteration_overhead_s": best, "rows_used": len(cases), "rows_skipped": skipped,
-               "median_abs_rel_error": math.expm1(statistics.median(abs(e) for e in errors)),
-               "median_abs_rel_error_at_zero": math.expm1(curve[min(curve)])}
+              + ("   <- best" if g == overhead else ""))
+    for g, err in reread_curve.items():
+        print(f"mmha kv reread {g:4.2f}: median |error| {math.expm1(err):6.1%} (masked-MHA rows)"
+              + ("   <- best" if g == reread else ""))
+    errors = _errors(cases, overhead, reread)
+    figures = {"split": "fit", "iteration_overhead_s": overhead, "mmha_kv_reread": reread,
+               "rows_used": len(cases), "rows_skipped": skipped,
+               "mmha_rows": sum(_touched(c, r) for c, r in cases),
+               "median_abs_rel_error": math.expm1(_median_abs(errors))}
     print(json.dumps(figures))
     return figures
 

@@ -12,12 +12,16 @@ It then fits by least squares on log time:
 * ``gemm_efficiency["bf16"]`` (XLA BF16 and torch BF16 GEMM rows), ``gemm_efficiency["fp8"]``
   (cuBLASLt, DeepGEMM and torch FP8 rows), ``hbm_efficiency`` (STREAM rows and memory-bound
   GEMMs), ``attention_efficiency`` (fused attention rows), ``kernel_overhead_s`` (all sized rows);
-* ``gemm_tile`` by grid search over ``--tiles``.
+* ``gemm_tile`` by grid search over ``--tiles``;
+* then ``DECODE_ATTENTION_FILL_S`` (``simcore.kernels``): the median residual of decode attention rows.
 
 Each kernel family gets equal total weight, so the 375 XLA rows do not drown the 5 STREAM rows.
 Error figures are on time: relative error ``pred / meas - 1``; "geomean |err|" is
 ``exp(mean |ln(pred / meas)|) - 1``. Rows it cannot use are listed with the reason. The output
 ends with one JSON line. Deterministic: fixed start point, no randomness.
+
+It fits on fit rows only: a test row (``validation/split.py``) is a one-line error. ``--no-fit``
+scores the catalog's constants on any rows and gives every figure per split with its row count.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simcore.hardware import GpuSpec, get_gpu
-from simcore.kernels import attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
+from simcore.kernels import DECODE_ATTENTION_FILL_S, attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
+from validation.split import refuse_test_rows, split_label, split_of
 
-__all__ = ["Sample", "load_samples", "fit", "evaluate", "main"]
+__all__ = ["Sample", "load_samples", "fit", "fit_decode_fill", "evaluate", "main"]
 
 DEFAULT_DATA = Path(__file__).parent / "data" / "kernels_h100.csv"
 FAMILIES = ("gemm_bf16", "gemm_fp8", "hbm", "attention")
@@ -72,6 +77,8 @@ class Sample:
     measured_s: float | None = None
     measured_rate: float = 0.0
     bound: str = "compute"  # asymptotic rows: compute | memory
+    split: str = "fit"  # fit | test (validation/split.py)
+    decode: bool = False  # attention with one query per sequence over a KV cache (Sq=1)
 
 
 def _parse_value(text: str) -> float | None:
@@ -104,8 +111,8 @@ def _gemm_dims(shape: str) -> tuple[float, float, float, float] | None:
     return dims["m"], dims["n"], dims["k"], 1.0
 
 
-def _attention_dims(shape: str) -> tuple[float, float] | None:
-    """(flops, bytes) of a forward attention ``B H S D`` (q, k, v, o in BF16); causal halves the flops.
+def _attention_dims(shape: str) -> tuple[float, float, bool] | None:
+    """(flops, bytes, decode) of a forward attention ``B H S D`` (q, k, v, o in BF16); causal halves the flops.
 
     Optional ``Sq=`` (queries per sequence; a decode step has ``Sq=1`` over ``S`` cached keys) and
     ``Hkv=`` (key/value heads, grouped-query attention) change the FLOPs and the K/V bytes read.
@@ -125,7 +132,7 @@ def _attention_dims(shape: str) -> tuple[float, float] | None:
     sq = float(optional["Sq"].group(1)) if optional["Sq"] else s
     hkv = float(optional["Hkv"].group(1)) if optional["Hkv"] else h
     causal = 0.5 if sq == s and re.search(r"causal\s*[=:]?\s*(1|true|yes)\b", shape, re.I) else 1.0
-    return 4.0 * b * h * sq * s * d * causal, 2.0 * b * d * (2.0 * h * sq + 2.0 * hkv * s)
+    return 4.0 * b * h * sq * s * d * causal, 2.0 * b * d * (2.0 * h * sq + 2.0 * hkv * s), sq == 1 < s
 
 
 def _memory_size(shape: str) -> float | None:
@@ -169,6 +176,10 @@ def _sample(line: int, row: dict[str, str], throughput_keys: set[tuple[str, str,
     kind = _classify(row["kernel"], row["dtype"])
     if isinstance(kind, str):
         return kind
+    try:
+        split = split_of(row)
+    except ValueError as exc:
+        return str(exc)
     op, precision = kind
     value = _parse_value(row["value"])
     unit = _UNITS.get(row["unit"].strip().lower().replace(" ", ""))
@@ -178,7 +189,7 @@ def _sample(line: int, row: dict[str, str], throughput_keys: set[tuple[str, str,
     shape = row["shape_or_size"]
     family = {"gemm": f"gemm_{precision}", "attention": "attention", "memory": "hbm"}[op]
     base = {"line": line, "kernel": row["kernel"], "shape": shape, "family": family, "op": op,
-            "precision": precision}
+            "precision": precision, "split": split}
     if op == "gemm":
         dims = _gemm_dims(shape)
         duplicate = (row["kernel"], shape, row["dtype"]) in throughput_keys
@@ -190,8 +201,8 @@ def _sample(line: int, row: dict[str, str], throughput_keys: set[tuple[str, str,
     elif op == "attention":
         sized = _attention_dims(shape)
         if sized is not None:
-            return Sample(**base, flops=sized[0], size_bytes=sized[1],
-                          measured_s=_time(quantity, scale, *sized))
+            return Sample(**base, flops=sized[0], size_bytes=sized[1], decode=sized[2],
+                          measured_s=_time(quantity, scale, *sized[:2]))
     else:
         size = _memory_size(shape)
         if size is not None:
@@ -231,8 +242,10 @@ def _with_params(gpu: GpuSpec, x: np.ndarray, tile: int) -> GpuSpec:
                               kernel_overhead_s=float(x[4]) * 1e-6, gemm_tile=int(tile))
 
 
-def _predicted_over_measured(samples: list[Sample], gpu: GpuSpec) -> np.ndarray:
-    """pred / meas of time for every sample (for asymptotic rows: meas rate / model rate)."""
+def _predicted_over_measured(samples: list[Sample], gpu: GpuSpec, fill_s: float | None = None) -> np.ndarray:
+    """pred / meas of time for every sample (for asymptotic rows: meas rate / model rate); decode
+    attention rows add ``fill_s`` (default: the catalog's ``DECODE_ATTENTION_FILL_S``)."""
+    fill_s = DECODE_ATTENTION_FILL_S if fill_s is None else fill_s
     ratio = np.empty(len(samples))
     for precision in ("bf16", "fp8"):
         idx = [i for i, s in enumerate(samples) if s.op == "gemm" and s.dims and s.precision == precision]
@@ -243,8 +256,9 @@ def _predicted_over_measured(samples: list[Sample], gpu: GpuSpec) -> np.ndarray:
         idx = [i for i, s in enumerate(samples) if s.op == op and s.measured_s is not None]
         if idx:
             size = np.array([samples[i].size_bytes for i in idx])
-            pred = (attention_time_s([samples[i].flops for i in idx], size, gpu, "bf16") if op == "attention"
-                    else memory_time_s(size, gpu))
+            decode = np.array([samples[i].decode for i in idx])
+            pred = (attention_time_s([samples[i].flops for i in idx], size, gpu, "bf16") + fill_s * decode
+                    if op == "attention" else memory_time_s(size, gpu))
             ratio[idx] = pred / [samples[i].measured_s for i in idx]
     hbm_rate = gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency
     compute_rate = {"gemm": lambda p: gpu.peak_flops_per_s[p] * gpu.gemm_efficiency[p],
@@ -268,7 +282,9 @@ def _free_params(samples: list[Sample]) -> np.ndarray:
 
 def fit(samples: list[Sample], gpu: GpuSpec,
         tiles: tuple[int, ...] = (64, 128, 256)) -> tuple[GpuSpec, float]:
-    """Least squares on log time, family-weighted; returns the fitted GpuSpec and its cost."""
+    """Least squares on log time, family-weighted; returns the fitted GpuSpec and its cost. Decode
+    attention rows are left to :func:`fit_decode_fill` (their fixed latency is its own parameter)."""
+    samples = [s for s in samples if not s.decode]
     counts = {f: sum(s.family == f for s in samples) for f in FAMILIES}
     weights = np.array([1.0 / np.sqrt(counts[s.family]) for s in samples])
     free = _free_params(samples)
@@ -293,9 +309,20 @@ def fit(samples: list[Sample], gpu: GpuSpec,
     return best[1], best[0]
 
 
-def evaluate(samples: list[Sample], gpu: GpuSpec) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
+def fit_decode_fill(samples: list[Sample], gpu: GpuSpec) -> float | None:
+    """``DECODE_ATTENTION_FILL_S``: the median time decode attention rows take beyond the kernel model
+    without it (None without sized decode rows)."""
+    decode = [s for s in samples if s.decode and s.measured_s is not None]
+    if not decode:
+        return None
+    base = _predicted_over_measured(decode, gpu, fill_s=0.0) * [s.measured_s for s in decode]
+    return max(float(np.median([s.measured_s for s in decode] - base)), 0.0)
+
+
+def evaluate(samples: list[Sample], gpu: GpuSpec,
+             fill_s: float | None = None) -> tuple[np.ndarray, dict[str, dict[str, float]]]:
     """pred/meas per sample and, per family, rows, median |rel err|, geomean |err| and median signed err."""
-    ratio = _predicted_over_measured(samples, gpu)
+    ratio = _predicted_over_measured(samples, gpu, fill_s)
     stats = {}
     for family in FAMILIES:
         r = ratio[[s.family == family for s in samples]]
@@ -333,6 +360,10 @@ def _report(gpu: GpuSpec) -> dict[str, float]:
             "kernel_overhead_s": float(f"{gpu.kernel_overhead_s:.4g}"), "gemm_tile": gpu.gemm_tile}
 
 
+def _rounded(stats: dict[str, dict]) -> dict[str, dict]:
+    return {f: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in st.items()} for f, st in stats.items()}
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, nargs="+", default=[DEFAULT_DATA],
@@ -347,6 +378,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     for path in args.data:
         if not path.is_file():
             sys.exit(f"error: --data: no such file {path}")
+        if not args.no_fit:  # constants are fitted on fit rows only
+            with open(path, newline="") as handle:
+                refuse_test_rows(csv.DictReader(handle), path)
         used, dropped = load_samples(path)
         samples += used
         prefix = f"{path.name}:" if len(args.data) > 1 else ""
@@ -354,10 +388,12 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     if not samples:
         sys.exit(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
     if args.no_fit:
-        fitted, cost = get_gpu(args.gpu), float("nan")
+        fitted, cost, fill_s = get_gpu(args.gpu), float("nan"), DECODE_ATTENTION_FILL_S
     else:
         fitted, cost = fit(samples, get_gpu(args.gpu), tuple(int(t) for t in args.tiles.split(",")))
-    ratio, stats = evaluate(samples, fitted)
+        fill_s = fit_decode_fill(samples, fitted)
+        fill_s = DECODE_ATTENTION_FILL_S if fill_s is None else fill_s
+    ratio, stats = evaluate(samples, fitted, fill_s)
     if not args.no_rows:
         _print_rows(samples, ratio)
         _print_kernels(samples, ratio)
@@ -368,17 +404,21 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     for reason, lines in sorted(reasons.items()):
         shown = ", ".join(map(str, lines[:6])) + (", ..." if len(lines) > 6 else "")
         print(f"  skipped {len(lines):4d}: {reason} (lines {shown})")
-    print("\nfamily       rows  median|err|  geomean|err|  median err")
-    for family, st in stats.items():
-        print(f"{family:<12} {st['rows']:>4}  {st['median_abs_rel_err']:>10.1%}"
-              f"  {st['geomean_abs_err']:>11.1%}  {st['median_rel_err']:>+10.1%}")
-    params = _report(fitted)
+    splits = sorted({s.split for s in samples}, key=lambda name: name != "test")
+    by_split = {name: evaluate([s for s in samples if s.split == name], fitted, fill_s)[1] for name in splits}
+    for name, split_stats in by_split.items():
+        rows = sum(s.split == name for s in samples)
+        print(f"\n{split_label(name, rows)}\nfamily       rows  median|err|  geomean|err|  median err")
+        for family, st in split_stats.items():
+            print(f"{family:<12} {st['rows']:>4}  {st['median_abs_rel_err']:>10.1%}"
+                  f"  {st['geomean_abs_err']:>11.1%}  {st['median_rel_err']:>+10.1%}")
+    params = _report(fitted) | {"decode_attention_fill_s": float(f"{fill_s:.4g}")}
     print("\ncatalog (not fitted):" if args.no_fit else "\nfitted:", ", ".join(f"{k}={v}" for k, v in params.items()), f"(cost {cost:.4g})")
     summary = {"data": [str(p) for p in args.data], "gpu": args.gpu, "fitted": not args.no_fit, "rows_used": len(samples),
                "rows_skipped": len(skipped),
                "skipped": {reason: len(lines) for reason, lines in sorted(reasons.items())}, "params": params,
-               "families": {f: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in st.items()}
-                            for f, st in stats.items()}}
+               "families": _rounded(stats),
+               "by_split": {name: _rounded(st) for name, st in by_split.items()}}
     print(json.dumps(summary))
     return summary
 

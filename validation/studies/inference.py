@@ -3,8 +3,10 @@
 ``run(data_path, out_dir)`` reads any CSV in the schema of ``inference_calibration.csv``
 (``validation/data/README.md``), predicts each row's metric, and writes ``rows.csv`` (the input
 columns plus ``sim_value``, ``proxy_value``, ``rel_error``, ``skipped_reason``), ``summary.json``,
-``report.md`` and ``scatter.png`` into ``out_dir``. Rows the system cannot express (unknown model or
-hardware, missing batch, an unknown metric) are skipped with the reason; the study goes on.
+``report.md`` and ``scatter.png`` into ``out_dir``. Every figure is given per split with its row
+count (``fit`` rows calibrated a constant, ``test`` rows did not: ``validation/split.py``). Rows the
+system cannot express (unknown model or hardware, missing batch, an unknown metric) are skipped with
+the reason; the study goes on.
 
 How a row becomes a strategy: ``ep`` attention groups of ``tp`` GPUs each (DP-attention when
 ``ep > 1``), ``pp`` stages, and ``dp = gpus / (tp * ep * pp)`` replicas. ``batch`` is the static
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +26,44 @@ from pathlib import Path
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.workload import Workload
+from validation.split import split_of
 
 __all__ = ["COLUMNS", "METRICS", "RowCase", "parse_row", "predict", "run"]
 
 COLUMNS = ("source_url", "model", "hardware", "gpus", "tp", "pp", "ep", "dp", "precision", "scenario", "batch",
-           "input_len", "output_len", "metric", "value", "unit", "note")
+           "input_len", "output_len", "metric", "value", "unit", "note", "split")
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "tpot_ms",
            "input_tokens_per_s_per_node", "output_tokens_per_s_per_node")
 _NODE_GPUS = 8
+#: ``Workload.decode_kv_reread`` of TensorRT-LLM's masked-MHA generation kernel (one thread block per
+#: query head), fitted on the fit split by ``python -m validation.fit_inference``.
+MMHA_KV_REREAD = 0.6
+_TRTLLM_VERSION = re.compile(r"(?:release/|\bv)(\d+)\.(\d+)")
+
+
+def decode_kv_reread(row: dict, model, mmha_reread: float | None = None) -> float:
+    """The decode attention generation of the row's runtime, as ``Workload.decode_kv_reread``.
+
+    TensorRT-LLM up to 0.8 decodes GQA with its masked-MHA kernel, one thread block per query head.
+    Its XQA kernel (one KV load per group) was experimental and off by default then; its gains landed
+    in 0.8 (docs/source/blogs/XQA-kernel.md), for 128-wide heads only (``gpt_attention`` support
+    matrix). So a row keeps masked MHA unless it is from 0.8 with 128-wide heads and its harness set
+    ``TRTLLM_ENABLE_XQA=1`` (said in ``note``). The version comes from ``source_url``
+    (``release/0.5.0``, ``/v0.8.0/``) or ``note`` (``v0.6.1``). Any other or later runtime shares each
+    KV head's load across its group (0), as FlashInfer, FlashAttention and XQA do. ``mmha_reread``
+    replaces the fitted :data:`MMHA_KV_REREAD` (the fit's grid).
+    """
+    text = f"{row.get('source_url') or ''} {row.get('note') or ''}"
+    match = _TRTLLM_VERSION.search(text) if "tensorrt-llm" in text.lower() else None
+    if match is None or model.is_mla or model.num_heads == model.num_kv_heads:
+        return 0.0
+    version = (int(match.group(1)), int(match.group(2)))
+    if version >= (0, 9):
+        return 0.0
+    xqa = version >= (0, 8) and model.head_dim == 128 and "TRTLLM_ENABLE_XQA=1" in text
+    if xqa:
+        return 0.0
+    return MMHA_KV_REREAD if mmha_reread is None else mmha_reread
 
 
 @dataclass
@@ -79,7 +112,7 @@ def parse_row(row: dict) -> RowCase:
     input_len = _int(row, "input_len")
     output_len = _int(row, "output_len", 1)
     precision = (row.get("precision") or "").strip()
-    workload = Workload(phase, precision, input_len, output_len)
+    workload = Workload(phase, precision, input_len, output_len, decode_kv_reread=decode_kv_reread(row, model))
     replica_batch = batch * ep if phase == "decode" else batch
     nodes = max(1, gpus // _NODE_GPUS)
     cluster = Cluster.simple(gpu, gpus, nvlink_domain_size=min(gpus, _NODE_GPUS) if nodes > 1 else max(gpus, 1))
@@ -137,9 +170,10 @@ def run(data_path: str | Path, out_dir: str | Path, engine=None, simulate_too: b
     missing = [c for c in ("model", "hardware", "gpus", "scenario", "metric", "value") if c not in header]
     records = []
     for line, row in enumerate(rows, start=2):
-        rec = {k: row.get(k, "") for k in header} | {"line": line, "sim_value": "", "proxy_value": "",
+        rec = {k: row.get(k, "") for k in header} | {"line": line, "split": "", "sim_value": "", "proxy_value": "",
                                                        "rel_error": "", "proxy_rel_error": "", "skipped_reason": ""}
         try:
+            rec["split"] = split_of(row)
             if missing:
                 raise ValueError(f"missing column(s) {', '.join(missing)}")
             case = parse_row(row)

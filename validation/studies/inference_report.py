@@ -7,10 +7,11 @@ import io
 from pathlib import Path
 
 from simcore.apps.common import atomic_write_json, atomic_write_text
+from validation.split import SPLITS, split_label
 
 __all__ = ["write_outputs"]
 
-_EXTRA = ("sim_value", "proxy_value", "rel_error", "proxy_rel_error", "skipped_reason")
+_EXTRA = ("split", "sim_value", "proxy_value", "rel_error", "proxy_rel_error", "skipped_reason")
 
 
 def _group(records, key, field, stats) -> dict:
@@ -29,10 +30,12 @@ def _scatter(records, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
     for field, marker, label in (("sim_value", "o", "simulator"), ("proxy_value", "x", "proxy")):
-        pts = [(float(r["value"]), float(r[field])) for r in records
-               if r[field] != "" and r[field] == r[field] and float(r[field]) > 0]
-        if pts:
-            ax.scatter([p[0] / p[0] for p in pts], [p[1] / p[0] for p in pts], marker=marker, label=label, alpha=0.7)
+        for split in SPLITS:
+            pts = [(float(r["value"]), float(r[field])) for r in records if r["split"] == split
+                   and r[field] != "" and r[field] == r[field] and float(r[field]) > 0]
+            if pts:
+                ax.scatter([p[0] / p[0] for p in pts], [p[1] / p[0] for p in pts], marker=marker, alpha=0.7,
+                           label=f"{label}, {split_label(split, len(pts))}")
     ax.axhline(1.0, color="k", lw=0.8)
     for band in (0.85, 1.15):
         ax.axhline(band, color="grey", lw=0.6, ls="--")
@@ -47,10 +50,30 @@ def _scatter(records, path: Path) -> None:
         coll.set_offsets(offsets)
     ax.set_xlim(-1, max(len(records), 1))
     ax.set_xlabel("row")
-    ax.legend()
+    if ax.collections:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _by_split(used, stats) -> dict:
+    """Per split: simulator and proxy over all rows, and the simulator on static rows (long output:
+    ``output_len >= 1024``), each with its row count."""
+    out = {}
+    for split in SPLITS:
+        rows = [r for r in used if r["split"] == split]
+        if not rows:
+            continue
+        static = [r for r in rows if r.get("scenario") == "static" and r["rel_error"] != ""]
+        long_out = [r for r in static if float(r.get("output_len") or 0) >= 1024]
+        out[split] = {"label": split_label(split, len(rows)),
+                      "simulator": stats([float(r["rel_error"]) for r in rows if r["rel_error"] != ""]),
+                      "proxy": stats([float(r["proxy_rel_error"]) for r in rows]),
+                      "simulator_static": stats([float(r["rel_error"]) for r in static]),
+                      "simulator_static_long_output": stats([float(r["rel_error"]) for r in long_out]),
+                      "simulator_by_scenario": _group(rows, "scenario", "rel_error", stats)}
+    return out
 
 
 def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict:
@@ -66,6 +89,8 @@ def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict
     summary = {
         "study": "inference", "data": str(data_path), "rows_total": len(records), "rows_used": len(used),
         "rows_skipped": len(records) - len(used), "unknown_columns": unknown,
+        "splits": sorted({r["split"] for r in used}),
+        "by_split": _by_split(used, stats),
         "simulator": stats(sim_err), "proxy": stats(proxy_err),
         "simulator_by_model": _group(used, "model", "rel_error", stats),
         "simulator_by_scenario": _group(used, "scenario", "rel_error", stats),
@@ -75,6 +100,10 @@ def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict
     atomic_write_json(out / "summary.json", summary)
     _scatter(used, out / "scatter.png")
     atomic_write_text(out / "report.md", _markdown(summary, used))
+    for figures in summary["by_split"].values():
+        static = figures["simulator_static"]
+        print(f"inference {figures['label']}: simulator median |error| {_pct(figures['simulator'])}; "
+              f"static {_pct(static)} ({static.get('rows', 0)} rows)")
     return summary
 
 
@@ -84,24 +113,27 @@ def _pct(stats: dict, key: str = "median_abs_rel_error") -> str:
 
 def _markdown(summary: dict, used) -> str:
     lines = [f"# Inference study: {summary['data']}", "",
-             f"{summary['rows_used']} rows predicted, {summary['rows_skipped']} skipped.", "",
-             "| | rows | median abs error | geomean abs error | median signed error |", "|---|---|---|---|---|"]
-    for name in ("simulator", "proxy"):
-        s = summary[name]
-        lines.append(f"| {name} | {s.get('rows', 0)} | {_pct(s)} | {_pct(s, 'geomean_abs_rel_error')} | "
-                     f"{_pct(s, 'median_rel_error')} |")
-    for title, key in (("By model (simulator)", "simulator_by_model"), ("By scenario (simulator)",
-                                                                          "simulator_by_scenario")):
+             f"{summary['rows_used']} rows predicted, {summary['rows_skipped']} skipped. A ``fit`` row calibrated a "
+             "constant (in sample), a ``test`` row did not (out of sample).", "",
+             "| set | predictor | rows | median abs error | geomean abs error | median signed error |",
+             "|---|---|---|---|---|---|"]
+    for split, figures in sorted(summary["by_split"].items(), key=lambda kv: kv[0] != "test"):
+        for name in ("simulator", "proxy", "simulator_static", "simulator_static_long_output"):
+            s = figures[name]
+            lines.append(f"| {split} | {name.replace('_', ' ')} | {s.get('rows', 0)} | {_pct(s)} | "
+                         f"{_pct(s, 'geomean_abs_rel_error')} | {_pct(s, 'median_rel_error')} |")
+    for title, key in (("By model (simulator, all sets)", "simulator_by_model"),
+                       ("By scenario (simulator, all sets)", "simulator_by_scenario")):
         lines += ["", f"## {title}", "", "| group | rows | median abs error | median signed error |",
                   "|---|---|---|---|"]
         for group, s in summary[key].items():
             lines.append(f"| {group} | {s['rows']} | {_pct(s)} | {_pct(s, 'median_rel_error')} |")
-    lines += ["", "## Rows", "", "| line | model | scenario | metric | measured | simulator | proxy | error |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Rows", "", "| line | set | model | scenario | metric | measured | simulator | proxy | error |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in used:
         sim = f"{float(r['sim_value']):.4g}" if r["sim_value"] != "" else "-"
         err = f"{float(r['rel_error']):+.1%}" if r["rel_error"] != "" else "-"
-        lines.append(f"| {r['line']} | {r['model']} | {r['scenario']} | {r['metric']} | {r['value']} | {sim} | "
+        lines.append(f"| {r['line']} | {r['split']} | {r['model']} | {r['scenario']} | {r['metric']} | {r['value']} | {sim} | "
                      f"{float(r['proxy_value']):.4g} | {err} |")
     if summary["skipped"]:
         lines += ["", "## Skipped", ""] + [f"- line {s['line']}: {s['reason']}" for s in summary["skipped"]]

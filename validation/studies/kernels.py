@@ -1,5 +1,6 @@
 """Kernel study: the calibrated compute model (hardware catalog defaults, not refitted) against any
-CSV in the schema of ``kernels_h100.csv``; per-family median and geomean |relative error|."""
+CSV in the schema of ``kernels_h100.csv``; per-family median and geomean |relative error|, given per
+split (``fit`` rows calibrated the constants, ``test`` rows did not) with row counts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from simcore.apps.common import atomic_write_json
 from simcore.hardware import get_gpu
 from validation.fit_kernels import evaluate, load_samples
+from validation.split import split_label
 
 __all__ = ["run"]
 
@@ -23,12 +25,18 @@ def run(data_path: str | Path, out_dir: str | Path, gpu: str = "h100-sxm") -> di
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "rows.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["line", "family", "kernel", "predicted_over_measured", "rel_error"])
+        writer.writerow(["line", "split", "family", "kernel", "predicted_over_measured", "rel_error"])
         for sample, r in zip(samples, ratio, strict=True):
-            writer.writerow([sample.line, sample.family, sample.kernel, f"{r:.4f}", f"{r - 1:.4f}"])
+            writer.writerow([sample.line, sample.split, sample.family, sample.kernel, f"{r:.4f}", f"{r - 1:.4f}"])
         for line, kernel, reason in skipped:
-            writer.writerow([line, "", kernel, "", f"skipped: {reason}"])
+            writer.writerow([line, "", "", kernel, "", f"skipped: {reason}"])
+    by_split = {}
+    for split in sorted({s.split for s in samples}, key=lambda name: name != "test"):
+        chosen = [s for s in samples if s.split == split]
+        by_split[split] = {"label": split_label(split, len(chosen)), "families": evaluate(chosen, get_gpu(gpu))[1]}
+        print(f"kernels {by_split[split]['label']}: " + ", ".join(
+            f"{f} {st['median_abs_rel_err']:.1%} ({st['rows']})" for f, st in by_split[split]["families"].items()))
     summary = {"study": "kernels", "data": str(data_path), "rows_used": len(samples),
-               "rows_skipped": len(skipped), "families": stats}
+               "rows_skipped": len(skipped), "by_split": by_split, "families": stats}
     atomic_write_json(out / "summary.json", summary)
     return summary
