@@ -25,7 +25,7 @@ from topologies import build_topology
 
 FAB = Fabric.from_gpu(get_gpu("h100-sxm"))
 BARE = DEFAULT.with_overrides(launch_overhead_s=0.0, ring_fill_steps_copy=0.0, ring_fill_steps_reduce=0.0,
-                              nvls_fill_bytes=0.0)
+                              nvls_fill_bytes=0.0, net_latency_s=0.0, net_fill_bytes=0.0)  # NCCL's own model
 US = 1e-6
 
 

@@ -13,6 +13,13 @@ rows it governs:
    at least ``MIN_LATENCY_ROWS`` such rows, the others keep their prior, plus a per-device launch cost
    shared by all; :mod:`validation.studies.harness`). The simulator's own ``launch_overhead_s`` (what
    a serving framework pays per collective) is not fitted here; see ``NcclConstants``.
+3. per scale-out fabric (``ib``, ``efa``, ``roce``; :func:`validation.studies.collectives.fabric_of`), on
+   the multi-node rows only: the NIC efficiency and the network pipeline fill (``net_fill_bytes``) on
+   rows >= 1 MiB, the per-hop network latency (NCCL's ``latencyInter``) on nccl-tests rows below 1 MiB;
+   a parameter without such rows keeps its prior. Stages 1-2 use single-node rows only, so multi-node rows never move the NVLink terms.
+
+Only fit rows are used: a CSV holding test rows (``split=test``, or a source of a shipped test file;
+:mod:`validation.split`) is refused with a one-line error.
 
 NCCL's own constants stay as NCCL has them; no per-row factors. The printed values are the
 ``NcclConstants`` defaults (``simcore/collectives/constants.py``) and ``HARNESS_OVERHEAD_S``.
@@ -30,12 +37,14 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s
+from simcore.collectives.constants import FABRICS
 from simcore.hardware import get_gpu
+from validation.split import refuse_test_rows
 from validation.studies.collectives import DEFAULT_DATA, Case, load_rows, parse_row
 from validation.studies.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S
 
 __all__ = ["FIT_PARAMS", "BANDWIDTH_PARAMS", "PIPELINE_PARAMS", "load_cases", "log_residuals", "fit",
-           "fit_overheads", "fit_staged", "main"]
+           "fit_overheads", "fit_staged", "fit_fabrics", "fabric_params", "main"]
 
 #: name -> (lower bound, upper bound, scale of the optimizer's variable).
 FIT_PARAMS: dict[str, tuple[float, float, float]] = {
@@ -44,19 +53,31 @@ FIT_PARAMS: dict[str, tuple[float, float, float]] = {
     "ring_fill_steps_copy": (0.0, 3.0, 1.0),
     "ring_fill_steps_reduce": (0.0, 3.0, 1.0),
     "nvls_fill_bytes": (0.0, 64e6, 1e6),
+    **{f"{p}nic_efficiency": (0.3, 1.0, 1.0) for p in ("", "efa_", "roce_")},
+    **{f"{p}net_latency_s": (0.0, 200e-6, 1e-6) for p in ("", "efa_", "roce_")},
+    **{f"{p}net_fill_bytes": (0.0, 256e6, 1e6) for p in ("", "efa_", "roce_")},
 }
 BANDWIDTH_PARAMS = ("nvlink_efficiency", "ring_fill_steps_copy", "ring_fill_steps_reduce")
 PIPELINE_PARAMS = ("nvls_fill_bytes",)
 PIPELINE_MIN_BYTES = 2.0**20
 BANDWIDTH_MIN_BYTES = 2.0**30
 MIN_LATENCY_ROWS = 3  # rows below 1 MiB a harness needs before its overhead is fitted
-_FABRIC = Fabric.from_gpu(get_gpu("h100-sxm"), nvlink_domain_size=8)
+_FABRICS = {f: Fabric.from_gpu(get_gpu("h100-sxm"), nvlink_domain_size=8, scale_out=f) for f in FABRICS}
+
+
+def fabric_params(fabric: str) -> tuple[str, str, str]:
+    """(NIC efficiency, network latency, network fill) fields of ``fabric`` in ``NcclConstants``."""
+    prefix = "" if fabric == "ib" else f"{fabric}_"
+    return f"{prefix}nic_efficiency", f"{prefix}net_latency_s", f"{prefix}net_fill_bytes"
 
 
 def load_cases(path) -> list[Case]:
-    """Every parseable row of the CSV (bad rows are skipped, as the study does)."""
+    """Every parseable row of the CSV (bad rows are skipped, as the study does); a file with test rows is
+    refused (``SystemExit`` with a one-line error)."""
+    rows = load_rows(path)
+    refuse_test_rows(rows, path)
     cases = []
-    for row in load_rows(path):
+    for row in rows:
         try:
             cases.append(parse_row(row))
         except ValueError:
@@ -66,13 +87,13 @@ def load_cases(path) -> list[Case]:
 
 def _batches(cases: list[Case]) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Cases grouped by (collective, algorithm) as arrays, so each evaluation is a few vector calls."""
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for i, c in enumerate(cases):
-        groups[(c.collective, c.algorithm)].append(i)
+        groups[(c.collective, c.algorithm, c.fabric)].append(i)
     out = []
-    for (coll, algo), idx in groups.items():
+    for (coll, algo, fabric), idx in groups.items():
         sel = [cases[i] for i in idx]
-        out.append((coll, algo, np.array(idx), np.array([c.size_bytes for c in sel]),
+        out.append((coll, algo, fabric, np.array(idx), np.array([c.size_bytes for c in sel]),
                     np.array([c.n_ranks for c in sel]), np.array([c.gpus_per_node for c in sel])))
     return out
 
@@ -81,8 +102,8 @@ def _simulated(cases: list[Case], constants: NcclConstants, batches) -> np.ndarr
     """Simulated seconds per case without any per-call overhead."""
     constants = constants.with_overrides(launch_overhead_s=0.0)
     sim = np.empty(len(cases))
-    for coll, algo, idx, size, n, p in batches:
-        sim[idx] = collective_time_s(coll, size, n, p, _FABRIC, algorithm=algo, constants=constants)
+    for coll, algo, fabric, idx, size, n, p in batches:
+        sim[idx] = collective_time_s(coll, size, n, p, _FABRICS[fabric], algorithm=algo, constants=constants)
     return sim
 
 
@@ -141,9 +162,10 @@ def fit_overheads(cases: list[Case], constants: NcclConstants, prior: dict[str, 
 
 def fit(cases: list[Case], params: tuple[str, ...] = BANDWIDTH_PARAMS, start: NcclConstants = DEFAULT,
         overheads: dict[str, float] = HARNESS_OVERHEAD_S,
-        per_device_s: float = PER_DEVICE_LAUNCH_S) -> tuple[NcclConstants, np.ndarray]:
+        per_device_s: float = PER_DEVICE_LAUNCH_S, loss: str = "linear") -> tuple[NcclConstants, np.ndarray]:
     """Least-squares fit of ``NcclConstants`` fields ``params`` on log time, each row charged its
-    harness's overhead from ``overheads``; returns (fitted constants, final residuals)."""
+    harness's overhead from ``overheads``; returns (fitted constants, final residuals). ``loss="soft_l1"``
+    is robust to warm-up outliers (the first size of a published sweep is often 2-4x its neighbours)."""
     batches = _batches(cases)
     scale = np.array([FIT_PARAMS[p][2] for p in params])
     lower = np.array([FIT_PARAMS[p][0] for p in params]) / scale
@@ -155,7 +177,7 @@ def fit(cases: list[Case], params: tuple[str, ...] = BANDWIDTH_PARAMS, start: Nc
         return start.with_overrides(**{p: float(v) for p, v in zip(params, x * scale, strict=True)})
 
     result = least_squares(lambda x: log_residuals(cases, constants_of(x), batches, overheads, per_device_s),
-                           x0, bounds=(lower, upper), diff_step=1e-3)
+                           x0, bounds=(lower, upper), diff_step=1e-3, loss=loss, f_scale=0.1)
     best = constants_of(result.x)
     return best, log_residuals(cases, best, batches, overheads, per_device_s)
 
@@ -167,16 +189,51 @@ def fit_staged(cases: list[Case], min_bytes: float = BANDWIDTH_MIN_BYTES, start:
 
     Returns (fitted constants, base overhead per harness, per-device launch seconds, the study's log
     residuals at those values)."""
-    big = [c for c in cases if c.size_bytes >= min_bytes]
+    single = [c for c in cases if c.nodes == 1]
+    big = [c for c in single if c.size_bytes >= min_bytes]
     if not big:
-        raise ValueError(f"no row of at least {min_bytes:.0f} bytes to fit the bandwidth parameters on")
-    mid = [c for c in cases if c.size_bytes >= PIPELINE_MIN_BYTES]
+        raise ValueError(f"no single-node row of at least {min_bytes:.0f} bytes to fit the bandwidth "
+                         "parameters on")
+    mid = [c for c in single if c.size_bytes >= PIPELINE_MIN_BYTES]
     overheads, per_device, stage1 = dict(HARNESS_OVERHEAD_S), PER_DEVICE_LAUNCH_S, start
     for _ in range(2):  # each stage barely touches the others' rows; a second round settles them
         stage1, _ = fit(big, BANDWIDTH_PARAMS, stage1, overheads, per_device)
         stage1, _ = fit(mid, PIPELINE_PARAMS, stage1, overheads, per_device)
-        overheads, per_device = fit_overheads(cases, stage1)
+        overheads, per_device = fit_overheads(single, stage1)
+    stage1, _ = fit_fabrics(cases, stage1, overheads, per_device)
     return stage1, overheads, per_device, log_residuals(cases, stage1, None, overheads, per_device)
+
+
+def fit_fabrics(cases: list[Case], start: NcclConstants, overheads: dict[str, float] = HARNESS_OVERHEAD_S,
+                per_device_s: float = PER_DEVICE_LAUNCH_S) -> tuple[NcclConstants, dict[str, tuple[int, int]]]:
+    """Per fabric, on its multi-node rows: the NIC efficiency and the network fill on rows >= 1 MiB
+    (the efficiency is identified by the largest rows, the fill by the rise of busbw up to ~1 GiB), then
+    the network latency on nccl-tests rows < 1 MiB; robust loss (a sweep's first size and a mid-size
+    dip are often 2-4x off their neighbours). Returns (constants, {fabric: (rows for the bandwidth
+    terms, rows for the latency)}); a parameter without rows keeps its prior."""
+    used: dict[str, tuple[int, int]] = {}
+    constants = start
+    for fabric in FABRICS:
+        eff, lat, fill = fabric_params(fabric)
+        multi = [c for c in cases if c.nodes > 1 and c.fabric == fabric]
+        big = [c for c in multi if c.size_bytes >= PIPELINE_MIN_BYTES]
+        small = [c for c in multi if c.size_bytes < PIPELINE_MIN_BYTES and c.harness == "nccl-tests"]
+        # one size per row set cannot tell the fill from the efficiency: then the fill keeps its prior.
+        # RoCE runs NCCL's IB verbs transport on the same ConnectX-7 NICs as InfiniBand, so IB's fitted
+        # latency and fill are its priors (EFA's libfabric/SRD transport is another matter)
+        params = (eff, fill) if len({c.size_bytes for c in big}) >= 3 else (eff,)
+        if fabric == "roce":
+            constants = constants.with_overrides(**{
+                name: getattr(constants, ib) for name, ib, ok in ((lat, "net_latency_s", small),
+                                                                 (fill, "net_fill_bytes", fill in params))
+                if not ok})
+        for _ in range(2):  # the latency barely moves the big rows and vice versa; a second round settles
+            if big:
+                constants, _ = fit(big, params, constants, overheads, per_device_s, loss="soft_l1")
+            if small:
+                constants, _ = fit(small, (lat,), constants, overheads, per_device_s, loss="soft_l1")
+        used[fabric] = (len(big), len(small))
+    return constants, used
 
 
 def _band_errors(cases: list[Case], residuals: np.ndarray) -> dict[str, float]:
@@ -196,13 +253,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--bandwidth-min-bytes", type=float, default=BANDWIDTH_MIN_BYTES,
                         help="rows at least this large fit the bandwidth parameters")
     args = parser.parse_args(argv)
-    params = BANDWIDTH_PARAMS + PIPELINE_PARAMS
+    params = BANDWIDTH_PARAMS + PIPELINE_PARAMS + tuple(p for f in FABRICS for p in fabric_params(f))
     cases = load_cases(args.data)
     before = _band_errors(cases, log_residuals(cases, DEFAULT))
     best, overheads, per_device, residuals = fit_staged(cases, args.bandwidth_min_bytes)
     after = _band_errors(cases, residuals)
     n_bw = sum(c.size_bytes >= args.bandwidth_min_bytes for c in cases)
-    print(f"rows used: {len(cases)} ({n_bw} for the bandwidth stage)")
+    print(f"rows used: {len(cases)} (fit split; {n_bw} >= {args.bandwidth_min_bytes:.0f} B; "
+          f"{sum(c.nodes > 1 for c in cases)} multi-node)")
+    for fabric in FABRICS:
+        multi = [c for c in cases if c.nodes > 1 and c.fabric == fabric]
+        big = sum(c.size_bytes >= PIPELINE_MIN_BYTES for c in multi)
+        small = sum(c.size_bytes < PIPELINE_MIN_BYTES and c.harness == "nccl-tests" for c in multi)
+        print(f"  fabric {fabric:4s}: {len(multi)} multi-node rows ({big} >= 1 MiB for NIC efficiency and fill, "
+              f"{small} nccl-tests < 1 MiB for the latency{'; prior kept where 0' if not (big and small) else ''})")
     for p in params:
         print(f"  {p:24s} = {getattr(best, p):.6g}   (default {getattr(DEFAULT, p):.6g})")
     counts = {h: (sum(c.harness == h for c in cases), sum(c.harness == h and c.size_bytes < 2**20 for c in cases))

@@ -86,9 +86,16 @@ class NcclConstants:
     nvls_tree_nvlink_latency_s: float = 25.0 * _US  # NVLSTree hwLat[NVLINK]
     nvls_tree_net_latency_s: float = 20.9 * _US     # NVLSTree hwLat[NET], per tree level
     net_overhead_s: float = 1.0 * _US               # getNetOverhead (Intel/default CPU); x3 for Simple
-    net_latency_s: float = 0.0                      # latencyInter (InfiniBand); 2x for Simple; fitted, see below
-    efa_net_latency_s: float = 20.0 * _US           # EFA: prior 20 us = NET_LATENCY of aws-ofi-nccl's tuner
-    roce_net_latency_s: float = 0.0                 # RoCE: prior 0 (NCCL's IB values)
+    net_latency_s: float = 1.28 * _US               # latencyInter (InfiniBand); 2x for Simple; prior 0
+    efa_net_latency_s: float = 22.77 * _US          # EFA; prior 20 us = NET_LATENCY of aws-ofi-nccl's tuner
+    roce_net_latency_s: float = 1.28 * _US          # RoCE: InfiniBand's (no RoCE row < 1 MiB in the fit set)
+    # Bytes of a multi-node collective that do not overlap with the rest: the network pipeline's fill
+    # (proxy hand-off, chunks in flight before the steady state). min(S, this) / algBw is added to every
+    # entry that crosses NVLink domains; it carries the measured rise of multi-node busbw from 16 MiB to
+    # ~1 GiB. Per fabric like the two above; fitted on multi-node rows >= 1 MiB.
+    net_fill_bytes: float = 18.94e6
+    efa_net_fill_bytes: float = 52.82e6
+    roce_net_fill_bytes: float = 18.94e6             # InfiniBand's (the RoCE fit rows have one size each)
     ring_plateau_factor: float = 1.4                # multi-node Ring/Simple all-reduce latency x1.4 (sm80+)
     ring_plateau_min_bytes: float = 64.0            # ... once bytes / (channels x ranks) reaches this
     # ---- bandwidth refinements (tuning.cc) ----
@@ -112,19 +119,26 @@ class NcclConstants:
     nvls_max_arity: int = 32                        # NCCL_MAX_NVLS_ARITY: NVLS all-gather/reduce-scatter
     max_channel_bw_intra: float = 60.0 * _GB        # fastest per-channel speed NCCL's sm90 search tries
     # ---- calibrated physical parameters: fitted by `python -m validation.fit_collectives` ----
-    # on validation/data/collectives_calibration.csv (301 rows; bandwidth terms on the 46 rows >= 1 GiB,
-    # the NVLS fill on the 176 rows >= 1 MiB, each row charged its measuring harness's per-call overhead).
+    # on the fit set validation/data/collectives_calibration.csv (450 rows, split=fit; the NVLink terms on
+    # its 298 single-node rows: bandwidth terms on those >= 1 GiB, the NVLS fill on those >= 1 MiB, each
+    # row charged its measuring harness's per-call overhead; the fabric terms below on its 152 multi-node
+    # rows).
     # Fraction of the per-direction NVLink rate a set of ring channels reaches (0.797 x 450 = 359 GB/s;
     # NCCL itself assumes 20.6 GB/s x 18 links = 370.8 GB/s = 0.824).
     nvlink_efficiency: float = 0.7973
-    # Per scale-out fabric (``Fabric.scale_out``): the fraction of the NIC line rate NCCL reaches and the
-    # network latency added per inter-node hop (NCCL's ``latencyInter``, twice for Simple). Fitted by
-    # ``python -m validation.fit_collectives`` on the multi-node rows of the fit set (split=fit), nic
-    # efficiency on rows >= 64 MiB, latency on nccl-tests rows < 1 MiB; the plain fields are InfiniBand's.
-    # NCCL maintainers expect 46-48 of 50 GB/s per NDR NIC (0.92-0.96).
-    nic_efficiency: float = 0.92
-    efa_nic_efficiency: float = 0.92
-    roce_nic_efficiency: float = 0.92
+    # Per scale-out fabric (``Fabric.scale_out``): the fraction of the NIC line rate NCCL reaches, the
+    # network latency added per inter-node hop (NCCL's ``latencyInter``, twice for Simple) and the network
+    # pipeline fill below. Fitted by ``python -m validation.fit_collectives`` on the multi-node rows of the
+    # fit set (validation/data/collectives_calibration.csv, split=fit): efficiency and fill on rows >= 1 MiB,
+    # latency on nccl-tests rows < 1 MiB. The plain fields are InfiniBand's: 106 rows of NVIDIA/nccl-tests
+    # issue 309 (2, 4, 8 HGX H100 nodes); 0.837 is below the 0.92-0.96 NCCL's maintainers expect of NDR
+    # because one of the two clusters there reaches 320 GB/s busbw at 4-8 nodes where the other reaches 365.
+    # EFA: 44 rows (p5.48xlarge all_reduce at 2-16 nodes, p5en at 4 nodes, 2-node p5 latencies). RoCE: 2
+    # rows (NVIDIA/nccl issue 2409, 2 nodes, after the poster's fix): too few for a latency or a fill, so
+    # those are InfiniBand's (same ConnectX-7 NICs and NCCL IB verbs transport).
+    nic_efficiency: float = 0.8374
+    efa_nic_efficiency: float = 0.8356
+    roce_nic_efficiency: float = 0.9862
     # Host/runtime cost of issuing one collective in a serving framework (one process per GPU: kernel
     # launch, framework call), added to every one. Not refitted by fit_collectives: 18.0 us is what one
     # overhead fitted on all calibration rows gave before harnesses were told apart, and the per-pass
@@ -149,7 +163,8 @@ class NcclConstants:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"NcclConstants.{name} must be in (0, 1], got {value!r}")
         for name in ("launch_overhead_s", "net_overhead_s", "net_latency_s", "efa_net_latency_s",
-                     "roce_net_latency_s", "ring_fill_steps_copy",
+                     "roce_net_latency_s", "net_fill_bytes", "efa_net_fill_bytes", "roce_net_fill_bytes",
+                     "ring_fill_steps_copy",
                      "ring_fill_steps_reduce", "nvls_fill_bytes"):
             value = getattr(self, name)
             if not (value >= 0.0 and math.isfinite(value)):
@@ -167,8 +182,8 @@ class NcclConstants:
         return dataclasses.replace(self, **changes)
 
     def for_fabric(self, fabric: Fabric) -> NcclConstants:
-        """The constants NCCL uses on ``fabric``: its scale-out network's NIC efficiency and latency
-        in the plain ``nic_efficiency`` / ``net_latency_s`` fields, and NCCL's Blackwell (sm100) rows
+        """The constants NCCL uses on ``fabric``: its scale-out network's NIC efficiency, latency and
+        fill in the plain ``nic_efficiency`` / ``net_latency_s`` / ``net_fill_bytes`` fields, and NCCL's Blackwell (sm100) rows
         on a Blackwell GPU. InfiniBand on Hopper returns ``self`` unchanged (no copy)."""
         if fabric.scale_out == "ib" and fabric.arch == "hopper":
             return self
@@ -200,7 +215,8 @@ def _for_fabric(c: NcclConstants, scale_out: str, arch: str) -> NcclConstants:
     changes: dict[str, object] = dict(_BLACKWELL) if arch == "blackwell" else {}
     if scale_out != "ib":
         changes.update(nic_efficiency=getattr(c, f"{scale_out}_nic_efficiency"),
-                       net_latency_s=getattr(c, f"{scale_out}_net_latency_s"))
+                       net_latency_s=getattr(c, f"{scale_out}_net_latency_s"),
+                       net_fill_bytes=getattr(c, f"{scale_out}_net_fill_bytes"))
     return dataclasses.replace(c, **changes)
 
 

@@ -28,7 +28,8 @@ The constants are those of the fabric (:meth:`~.constants.NcclConstants.for_fabr
 network's NIC efficiency and latency (InfiniBand, EFA, RoCE) and NCCL's Blackwell rows on Blackwell.
 
 Calibrated extras (not part of NCCL's prediction, so they never change its choice): ``extra_latency_s``
-(the fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps).
+(the fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps, NVLS fill,
+and across NVLink domains the network pipeline's fill ``min(S, net_fill_bytes) / algBw``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ def ring_bus_bandwidth(shape: Shape, fabric: Fabric, c: NcclConstants) -> np.nda
     b_nvl = c.nvlink_efficiency * fabric.nvlink_bandwidth_bytes_per_s
     b_nics = shape.p * c.nic_efficiency * fabric.nic_bandwidth_bytes_per_s
     return np.where(shape.nodes > 1, np.minimum(b_nvl, b_nics), b_nvl)
+
+
+def _with_net_fill(cost: EntryCost, shape: Shape, c: NcclConstants) -> EntryCost:
+    """An entry that crosses NVLink domains pays the network pipeline's fill: min(S, net_fill_bytes) /
+    algBw more (calibrated, not NCCL's; so it never changes NCCL's choice)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.minimum(shape.size, c.net_fill_bytes) / shape.size
+        extra = np.where((shape.nodes > 1) & (shape.size > 0) & np.isfinite(cost.bandwidth_s),
+                         cost.bandwidth_s * share, 0.0)
+    return cost._replace(fill_s=cost.fill_s + extra)
 
 
 def _ring(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> EntryCost:
@@ -218,7 +229,7 @@ def hierarchical_phases(coll: str, shape: Shape) -> list[tuple[str, Shape]]:
 
 def _hierarchical(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> EntryCost:
     c0 = c.with_overrides(launch_overhead_s=0.0)  # one launch for the whole schedule
-    parts = [_zero_if_trivial(_ring(sub, sub_shape, fabric, proto, c0), sub_shape)
+    parts = [_zero_if_trivial(_with_net_fill(_ring(sub, sub_shape, fabric, proto, c0), sub_shape, c0), sub_shape)
              for sub, sub_shape in hierarchical_phases(coll, shape)]
     total = [sum(part[i] for part in parts) for i in range(4)]
     return EntryCost(total[0], total[1], total[2] + c.launch_overhead_s, total[3])
@@ -274,9 +285,9 @@ def entry_cost(coll: str, algo: str, proto: str, shape: Shape, fabric: Fabric, c
     elif algo == "nvls_tree":
         cost = _nvls_tree(shape, fabric, k, c)
     elif algo == "hierarchical":
-        cost = _hierarchical(coll, shape, fabric, k, c)
+        return _zero_if_trivial(_hierarchical(coll, shape, fabric, k, c), shape)  # fill inside, per phase
     elif coll == "all_to_all":
         cost = _all_to_all(algo, shape, fabric, k, c)
     else:
         cost = _send_recv(shape, fabric, k, c)
-    return _zero_if_trivial(cost, shape)
+    return _zero_if_trivial(_with_net_fill(cost, shape, c), shape)

@@ -4,7 +4,11 @@ Reads any CSV in the schema of ``validation/data/collectives_calibration.csv``, 
 the analytic model (:func:`simcore.collectives.collective_time_s`) or the flow simulator
 (:func:`simcore.collectives.flows.simulate_collective`) and writes ``rows.csv``, ``summary.json`` and
 ``busbw.png`` into the output folder. Bad rows are reported and skipped; a bad header is an error.
-Each row is charged the per-call overhead of the harness that measured it (:mod:`.harness`).
+Each row is charged the per-call overhead of the harness that measured it (:mod:`.harness`) and runs on
+its scale-out fabric: the optional ``fabric`` column (``ib`` | ``efa`` | ``roce``), else ``EFA`` or
+``RoCE`` named in its ``setting``/``note``, else InfiniBand; an unknown value in the column is an error
+for the whole file. Every figure is labelled with its split (``fit`` / ``test``, :mod:`validation.split`:
+the optional ``split`` column, else whether the row's source is a shipped test source).
 
 Run: ``python -m validation.studies.collectives --data PATH --out DIR [--engine analytic|flow]
 [--harness auto|nccl-tests|xla|torch]``.
@@ -17,14 +21,16 @@ import csv
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
+from simcore.collectives.constants import FABRICS
+from validation.split import split_of
 
 from .collectives_plot import plot_busbw
+from .collectives_summary import band_of, print_summary, summarize
 from .harness import (
     DEFAULT_HARNESS,
     HARNESS_OVERHEAD_S,
@@ -38,11 +44,11 @@ from .harness import (
 
 __all__ = ["COLUMNS", "REQUIRED_COLUMNS", "HARNESS_OVERHEAD_S", "PER_DEVICE_LAUNCH_S", "devices_per_process",
            "overhead_s", "Case", "load_rows", "parse_row", "simulate_case", "summarize",
-           "run", "evaluate", "main", "DEFAULT_DATA", "busbw_factor"]
+           "run", "evaluate", "main", "DEFAULT_DATA", "busbw_factor", "fabric_of", "TOPOLOGY_OF_FABRIC"]
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "collectives_calibration.csv"
 COLUMNS = ("source_url", "setting", "nodes", "gpus_per_node", "collective", "algorithm", "size_bytes",
-           "time_us", "algbw_GBps", "busbw_GBps", "note")
+           "time_us", "algbw_GBps", "busbw_GBps", "note", "fabric", "split")  # fabric, split optional
 REQUIRED_COLUMNS = ("nodes", "gpus_per_node", "collective", "algorithm", "size_bytes", "time_us",
                     "algbw_GBps", "busbw_GBps")
 OUTPUT_COLUMNS = ("harness", "sim_time_us", "sim_busbw_GBps", "sim_algorithm", "rel_error", "skipped_reason")
@@ -54,8 +60,10 @@ _COLLECTIVE = {"all_reduce": "all_reduce", "allreduce": "all_reduce", "all_gathe
 _ALGORITHM = {"default": "auto", "auto": "auto", "ring": "ring", "tree": "tree", "nvls": "nvls",
               "nvlstree": "nvls_tree", "nvls_tree": "nvls_tree", "hierarchical": "hierarchical",
               "direct": "direct", "pairwise": "pairwise"}
-_MIB = 2**20
-_GPU = "h100-sxm"  # the H200 rows share H100's NVLink4/NVSwitch fabric and NDR-class NICs
+#: The topology preset a multi-node row runs on, by fabric (H200 rows share H100's NVLink4/NVSwitch and
+#: 400 Gb/s-per-GPU NICs, so the H100 presets stand for them).
+TOPOLOGY_OF_FABRIC = {"ib": "h100-ib-rail", "efa": "h100-efa", "roce": "h100-roce"}
+_FABRIC_WORDS = (("efa", re.compile(r"\bEFA\b")), ("roce", re.compile(r"\bRoCE", re.IGNORECASE)))
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Case:
     source: str = ""
     harness: str = DEFAULT_HARNESS  # what measured it (see :mod:`.harness`)
     devices_per_process: int = 1    # GPUs the measuring process issued the collective on
+    fabric: str = "ib"              # scale-out network between the nodes (see :func:`fabric_of`)
 
     @property
     def n_ranks(self) -> int:
@@ -96,7 +105,22 @@ def load_rows(path: str | Path) -> list[dict[str, str]]:
         for name in REQUIRED_COLUMNS:
             if name not in header:
                 raise ValueError(f"{path}: missing required column {name!r}")
-        return [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+    for line, row in enumerate(rows, start=2):
+        fabric = row.get("fabric", "")
+        if fabric and fabric.lower() not in FABRICS:
+            raise ValueError(f"{path}: line {line}: fabric: unknown fabric {fabric!r}; choose one of: "
+                             f"{', '.join(FABRICS)}")
+    return rows
+
+
+def fabric_of(row: dict[str, str]) -> str:
+    """The row's scale-out fabric: its ``fabric`` column, else ``EFA`` / ``RoCE`` named in its setting or
+    note, else ``ib`` (the column is checked by :func:`load_rows`)."""
+    if row.get("fabric"):
+        return row["fabric"].lower()
+    text = row.get("setting", "") + " " + row.get("note", "")
+    return next((name for name, word in _FABRIC_WORDS if word.search(text)), "ib")
 
 
 def _number(row: dict[str, str], field: str, kind=float, zero_is_blank: bool = False):
@@ -151,13 +175,15 @@ def parse_row(row: dict[str, str], harness: str = "auto") -> Case:
     groups = int(match.group(1)) if match else 1
     harness = harness_of(text) if check_harness(harness) == "auto" else harness
     return Case(coll, algo, nodes, per_node, size, measured, groups, row.get("source_url", ""), harness,
-                devices_per_process(harness, text, per_node))
+                devices_per_process(harness, text, per_node), fabric_of(row))
 
 
-def _topology(nodes: int):
+def _topology(nodes: int, fabric: str = "ib"):
     from topologies import build_topology
 
-    return build_topology("hgx-h100") if nodes == 1 else build_topology("h100-ib-rail", num_nodes=nodes)
+    if nodes == 1:
+        return build_topology("hgx-h100")
+    return build_topology(TOPOLOGY_OF_FABRIC[fabric], num_nodes=nodes)
 
 
 def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants = DEFAULT,
@@ -171,7 +197,7 @@ def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants
     """
     extra = overhead_s(case.harness, case.devices_per_process, overheads, per_device_s)
     constants = constants.with_overrides(launch_overhead_s=extra)
-    graph = _topology(case.nodes)
+    graph = _topology(case.nodes, case.fabric)
     fabric = Fabric.from_topology(graph)
     args = (case.collective, case.size_bytes, case.n_ranks, case.gpus_per_node, fabric)
     algo = case.algorithm
@@ -188,46 +214,15 @@ def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants
                                concurrent_groups=groups[1:] or None, constants=constants), algo
 
 
-def _stats(errors: list[float]) -> dict[str, float | int]:
-    abs_err = np.maximum(np.abs(np.asarray(errors, dtype=float)), 1e-6)
-    return {"rows": len(errors), "geomean_abs_rel_error": float(np.exp(np.mean(np.log(abs_err)))),
-            "median_abs_rel_error": float(np.median(abs_err))}
-
-
-def summarize(records: list[dict], engine: str = "analytic") -> dict:
-    """geomean / median |relative error| overall, by size band and by collective x GPUs x band."""
-    used = [r for r in records if r["skipped_reason"] == ""]
-    summary: dict = {"engine": engine, "rows_total": len(records), "rows_used": len(used),
-                     "rows_skipped": len(records) - len(used)}
-    if not used:
-        return summary
-    summary.update(_stats([r["_err"] for r in used]))
-    summary["bands"], summary["groups"] = {}, {}
-    for band in ("<1MiB", ">=1MiB"):
-        rows = [r for r in used if r["_band"] == band]
-        if rows:
-            summary["bands"][band] = _stats([r["_err"] for r in rows])
-    summary["harnesses"] = {}
-    for harness in sorted({r["_case"].harness for r in used}):
-        for band in ("<1MiB", ">=1MiB"):
-            rows = [r for r in used if r["_case"].harness == harness and r["_band"] == band]
-            if rows:
-                summary["harnesses"][f"{harness}/{band}"] = _stats([r["_err"] for r in rows])
-    groups: dict[tuple[str, int, str], list[float]] = {}
-    for r in used:
-        groups.setdefault((r["_case"].collective, r["_case"].n_ranks, r["_band"]), []).append(r["_err"])
-    for coll, n, band in sorted(groups):
-        summary["groups"][f"{coll}/{n}gpu/{band}"] = _stats(groups[(coll, n, band)])
-    return summary
-
-
 def _simulate_all(rows: list[dict[str, str]], engine: str, constants: NcclConstants,
                   harness: str = "auto") -> list[dict]:
     records = []
     for row in rows:
         record = {**{c: row.get(c, "") for c in COLUMNS}, **{c: "" for c in OUTPUT_COLUMNS}}
+        record["split"] = split_of(row)
         try:
             case = parse_row(row, harness)
+            record["fabric"] = case.fabric
             sim_s, algo = simulate_case(case, engine, constants)
         except ValueError as exc:
             record["skipped_reason"] = str(exc).replace("\n", " ")
@@ -237,7 +232,7 @@ def _simulate_all(rows: list[dict[str, str]], engine: str, constants: NcclConsta
         busbw = case.size_bytes / sim_s * busbw_factor(case.collective, case.n_ranks) / 1e9
         record.update(harness=case.harness, sim_time_us=f"{sim_s * 1e6:.3f}", sim_busbw_GBps=f"{busbw:.3f}", sim_algorithm=algo,
                       rel_error=f"{err:.4f}", _case=case, _err=err, _sim_s=sim_s,
-                      _band=">=1MiB" if case.size_bytes >= _MIB else "<1MiB")
+                      _band=band_of(case.size_bytes))
         records.append(record)
     return records
 
@@ -276,17 +271,16 @@ def run(data_path: str | Path, out_dir: str | Path, constants: NcclConstants = D
 
 
 def _print_table(records: list[dict]) -> None:
-    print(f"{'collective':15s} {'gpus':>4s} {'size':>12s} {'algo':>12s} {'meas_us':>10s} {'sim_us':>10s} "
-          f"{'err':>7s} {'meas_busbw':>10s} {'sim_busbw':>10s}")
+    print(f"{'split':5s} {'collective':15s} {'gpus':>7s} {'fabric':>6s} {'size':>12s} {'algo':>10s} "
+          f"{'meas_us':>10s} {'sim_us':>10s} {'err':>7s}")
     for r in records:
+        where = f"{r['nodes']}x{r['gpus_per_node']}"
         if r["skipped_reason"]:
-            where = f"{r['nodes']}x{r['gpus_per_node']}"
-            print(f"{r['collective']:15s} {where:>4s} skipped: {r['skipped_reason']}")
+            print(f"{r['split']:5s} {r['collective']:15s} {where:>7s} skipped: {r['skipped_reason']}")
             continue
         c = r["_case"]
-        print(f"{c.collective:15s} {c.n_ranks:4d} {c.size_bytes:12.0f} {r['sim_algorithm']:>12s} "
-              f"{c.measured_time_s * 1e6:10.2f} {r['_sim_s'] * 1e6:10.2f} {r['_err']:+7.1%} "
-              f"{r.get('busbw_GBps') or '-':>10} {float(r['sim_busbw_GBps']):10.2f}")
+        print(f"{r['split']:5s} {c.collective:15s} {where:>7s} {c.fabric:>6s} {c.size_bytes:12.0f} "
+              f"{r['sim_algorithm']:>10s} {c.measured_time_s * 1e6:10.2f} {r['_sim_s'] * 1e6:10.2f} {r['_err']:+7.1%}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -300,18 +294,13 @@ def main(argv: list[str] | None = None) -> dict:
     records = evaluate(args.data, args.engine, harness=args.harness)
     summary = _write_outputs(records, args.out, args.engine)
     _print_table(records)
-    for band, stats in summary.get("bands", {}).items():
-        print(f"band {band:7s}: rows {stats['rows']:4d}  geomean |err| {stats['geomean_abs_rel_error']:.1%}  "
-              f"median |err| {stats['median_abs_rel_error']:.1%}")
-    for key, stats in summary.get("groups", {}).items():
-        print(f"{key:40s} rows {stats['rows']:3d}  geomean {stats['geomean_abs_rel_error']:6.1%}  "
-              f"median {stats['median_abs_rel_error']:6.1%}")
-    for key, stats in summary.get("harnesses", {}).items():
-        print(f"harness {key:32s} rows {stats['rows']:3d}  geomean {stats['geomean_abs_rel_error']:6.1%}  "
-              f"median {stats['median_abs_rel_error']:6.1%}")
-    print(json.dumps({k: v for k, v in summary.items() if k != "groups"}))
+    print_summary(summary)
     return summary
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ValueError as exc:  # bad input (an unknown fabric, a malformed header): one line, exit 2
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        sys.exit(2)
