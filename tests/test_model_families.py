@@ -7,10 +7,12 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcore.lowering import StrategyArrays, lower
 from simcore.memory import memory_per_gpu_bytes, stage_layers
-from simcore.models import CONFIG_DIR, ModelConfigError, from_hf_config, get_model
+from simcore.models import CONFIG_DIR, ModelConfigError, ModelSpec, from_hf_config, get_model
 from simcore.strategy import megatron_strategy
 from tests.conftest import make_ctx
 
@@ -154,3 +156,31 @@ def test_minimax_m2_shape() -> None:
     spec = get_model("minimax-m2")
     assert spec.qk_norm == "layer" and spec.router_bias and spec.num_shared_experts == 0
     assert spec.attention_params() == 3072 * (6144 + 2 * 1024) + 6144 * 3072 + 6144 + 1024
+
+
+def test_cli_refuses_moe_keys_it_would_ignore(tmp_path) -> None:
+    from tests.test_apps import app
+
+    path = tmp_path / "qwen3-moe-as-dense.json"
+    path.write_text(json.dumps({**_raw("qwen3-235b-a22b"), "model_type": "qwen3"}))
+    proc = app("sim", f"model.name={path}", "strategy.tp=8", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error:") and "num_experts" in line and "qwen3-moe-as-dense.json" in line
+
+
+@settings(max_examples=40, deadline=None)
+@given(layers=st.integers(2, 12), pattern=st.integers(1, 2**12 - 1), window=st.integers(1, 64),
+       windowed=st.integers(1, 2**12 - 1), pp=st.sampled_from([1, 2, 4]), context=st.floats(1.0, 1e5))
+def test_layer_patterns_add_up(layers, pattern, window, windowed, pp, context) -> None:
+    moe = tuple(i for i in range(layers) if pattern >> i & 1) or (0,)
+    win = tuple(i for i in range(layers) if windowed >> i & 1) or (layers - 1,)
+    spec = ModelSpec(name="p", num_layers=layers, hidden_size=32, num_heads=4, num_kv_heads=2, head_dim=8,
+                     ffn_size=48, vocab_size=50, num_experts=4, top_k=2, expert_ffn_size=16, moe_layers=moe,
+                     sliding_window=window, window_layers=win)
+    assert spec.num_moe_layers == len(moe) and [spec.layer_is_moe(i) for i in moe] == [True] * len(moe)
+    dense, moe_count, _ = stage_layers(spec, np.array([min(pp, layers)]))
+    assert (dense.sum(), moe_count.sum()) == (spec.num_dense_layers, spec.num_moe_layers)
+    span = spec.attention_context(context)
+    assert min(context, window) <= span + 1e-9 and span <= context + 1e-9
+    assert from_hf_config(spec.to_dict()) == spec
