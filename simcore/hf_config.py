@@ -45,8 +45,8 @@ REJECTED = {
     "recurrent_gemma": "recurrent (RG-LRU) layers", "rwkv": "RWKV recurrence",
 }
 # Fields that change a model's structure or cost; one left unread by its family's reader is an error.
-_STRUCTURAL = re.compile(r"expert|moe|sparse|router|routing|mamba|ssm|linear|window|layer_type|lora|index|chunk"
-                         r"|nextn|mtp|shared|dsa|attn_type|block_type|hybrid|conv|recurrent|delta|num_experts")
+_STRUCTURAL = re.compile(r"expert|moe|sparse|router|routing|mamba|ssm|linear|window|layer_type|lora|^index_|indexer"
+                         r"|chunk|nextn|mtp|shared|dsa|attn_type|block_type|hybrid|conv|recurrent|delta")
 # Read by no family on purpose: training-only losses and routing-score details that leave shapes alone.
 _TRAINING_ONLY = frozenset({
     "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "router_z_loss_coef",
