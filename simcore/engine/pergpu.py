@@ -55,16 +55,22 @@ class LaneComm:
         #: sharing, as :class:`~simcore.engine.comm.FlowComm`; none with contention off, as AnalyticComm)
         self.num_sms = 0 if self.analytic_only else get_gpu(graph.graph["gpu"]).num_sms
         self._pending: dict[tuple, list] = {}
+        # Collectives whose members all arrived wait here until every participating lane's
+        # communication stream is free, then take them all at once (no lane holds its stream while
+        # waiting for others: that could deadlock two microbatches issued in opposite orders).
+        self._queue: list[tuple] = []
+        self._busy: set[int] = set()
+        self._seq = 0
+        self.executor = None  # set by LaneExecutor: SMs held while a collective runs
         self.flows_run = 0
         self.record = record
         self.analytic_log: list[tuple[list[str], str, float, float, float]] = []  # for link counters
 
-    def kernel_sms(self, lane: int, op) -> int:
-        """SMs the op's NCCL kernel holds on each GPU of the lane while it runs (one per channel)."""
-        gids = self.lane_groups.get((lane, op.group), [])
-        if op.size_bytes <= 0 or not gids:
+    def kernel_sms_of(self, gid: int, op) -> int:
+        """SMs the op's NCCL kernel holds on each GPU of the group while it runs (one per channel)."""
+        if op.size_bytes <= 0:
             return 0
-        return collective_channels(self.network, op.collective, op.size_bytes, self.groups[gids[0]][1],
+        return collective_channels(self.network, op.collective, op.size_bytes, self.groups[gid][1],
                                    fabric=self.ctx.cluster.fabric, **self.kwargs)
 
     # ----- rendezvous -------------------------------------------------------------------------
@@ -83,10 +89,40 @@ class LaneComm:
         entry[0].discard(lane)
         if not entry[0]:
             del self._pending[key]
-            self.env.process(self._launch(gid, op, step, entry[1]))
+            self._seq += 1
+            self._queue.append((step * 10_000 + microbatch, self._seq, gid, op, step, entry[1]))
+            self._dispatch()
         return entry[1]
 
+    def _dispatch(self) -> None:
+        """Start every queued collective whose lanes are all free, earliest (step, microbatch) first
+        (the priority the executor's streams use)."""
+        self._queue.sort(key=lambda q: q[:2])
+        waiting = []
+        for item in self._queue:
+            lanes = self.participants[item[2]]
+            if lanes & self._busy:
+                waiting.append(item)
+            else:
+                self._busy |= lanes
+                self.env.process(self._launch(*item[2:]))
+        self._queue = waiting
+
     def _launch(self, gid: int, op, step: int, done: simpy.Event):
+        lanes = self.participants[gid]
+        sms = self.kernel_sms_of(gid, op) if self.executor is not None and self.num_sms else 0
+        for lane in lanes:
+            if sms:
+                self.executor._hold_sms(lane, sms)
+        yield from self._collective(gid, op, step)
+        for lane in lanes:
+            if sms:
+                self.executor._hold_sms(lane, -sms)
+        self._busy -= lanes
+        done.succeed(self.env.now)
+        self._dispatch()
+
+    def _collective(self, gid: int, op, step: int):
         kind, ranks = self.groups[gid]
         pairs = self._pair_bytes(gid, op, step) if kind == "ep" and op.collective == "all_to_all" else None
         if pairs is not None and not np.all(pairs == pairs.flat[0]) and not self.analytic_only:
@@ -104,7 +140,6 @@ class LaneComm:
                 if self.record:
                     self.analytic_log.append((ranks, op.collective, size, self.env.now, self.env.now + cost))
                 yield self.env.timeout(cost)
-        done.succeed(self.env.now)
 
     def _pair_bytes(self, gid: int, op, step: int) -> np.ndarray | None:
         """Bytes each member sends each other member in this dispatch (combine: the reverse)."""
@@ -188,6 +223,25 @@ class LaneExecutor(Executor):
             self.step_plans.append(row)
         self.programs = programs[0]
         self.plans = self.step_plans[0]
+        comm.executor = self
+        # LaneComm holds the SMs from a collective's launch to its end (not while queued); compute
+        # still runs at the SM fraction left (the executor checks this attribute for that)
+        self._kernel_sms = comm.kernel_sms_of if self._num_sms > 0 else None
+
+    def _run_items(self, lane: int, items, microbatch: int, step: int):
+        """As :meth:`Executor._run_items`, but a collective does not take the lane's communication
+        stream while it waits for its other members (:meth:`LaneComm._dispatch` does, all at once)."""
+        branch = None
+        for kind, item in items:
+            if kind == "seg":
+                yield from self._compute(lane, item, microbatch, step)
+            elif kind == "op":
+                yield from self._comm(lane, item, microbatch, step)
+            elif kind == "fork":
+                branch = self.env.process(self._run_items(lane, item, microbatch, step))
+            elif branch is not None:
+                yield branch
+                branch = None
 
     def _comm(self, stage: int, op, microbatch: int, step: int):
         start = self.env.now
