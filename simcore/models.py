@@ -348,3 +348,20 @@ def model_summary(model: ModelSpec | str) -> dict[str, Any]:
     return {"name": spec.name, "total_params": spec.total_params(), "active_params": spec.active_params(),
             "num_layers": spec.num_layers, "num_moe_layers": spec.num_moe_layers, "num_experts": spec.num_experts,
             "top_k": spec.top_k, "sliding_window": spec.sliding_window, "window_layers": len(spec.window_layers)}
+
+
+def _print_catalog() -> None:
+    """``python -m simcore.models``: every preset's counts beside its published totals."""
+    print(f"{'preset':18} {'total':>17} {'published':>10} {'diff':>7} {'active':>8} {'act. no emb':>11} "
+          f"{'MoE layers':>10} {'windowed':>9}")
+    for name in MODEL_NAMES:
+        m = get_model(name)
+        diff = f"{m.total_params() / m.published_params - 1:+.2%}" if m.published_params else "-"
+        active, no_emb = m.active_params() / 1e9, (m.active_params() - m.embedding_params()) / 1e9
+        windows = f"{len(m.window_layers)}x{m.sliding_window}" if m.sliding_window else "-"
+        print(f"{name:18} {m.total_params():>17,} {m.published_params / 1e9:>9.2f}B {diff:>7} {active:>7.2f}B "
+              f"{no_emb:>10.2f}B {m.num_moe_layers:>4}/{m.num_layers:<5} {windows:>9}")
+
+
+if __name__ == "__main__":
+    _print_catalog()
