@@ -29,7 +29,7 @@ network's NIC efficiency and latency (InfiniBand, EFA, RoCE) and NCCL's Blackwel
 
 Calibrated extras (not part of NCCL's prediction, so they never change its choice): ``extra_latency_s``
 (the fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps, NVLS fill,
-and across NVLink domains the network pipeline's fill ``min(S, net_fill_bytes) / algBw``).
+and across NVLink domains the network pipeline's fill, a smooth ``min(S, net_fill_bytes) / algBw``).
 """
 
 from __future__ import annotations
@@ -114,10 +114,11 @@ def ring_bus_bandwidth(shape: Shape, fabric: Fabric, c: NcclConstants) -> np.nda
 
 
 def _with_net_fill(cost: EntryCost, shape: Shape, c: NcclConstants) -> EntryCost:
-    """An entry that crosses NVLink domains pays the network pipeline's fill: min(S, net_fill_bytes) /
-    algBw more (calibrated, not NCCL's; so it never changes NCCL's choice)."""
+    """An entry that crosses NVLink domains pays the network pipeline's fill: S F / (S + F) / algBw more
+    with F = ``net_fill_bytes`` (a smooth min(S, F): F / algBw for S >> F, S / algBw for S << F, so the
+    fit sees a gradient at every size); calibrated, not NCCL's, so it never changes NCCL's choice."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.minimum(shape.size, c.net_fill_bytes) / shape.size
+        share = c.net_fill_bytes / (shape.size + c.net_fill_bytes)
         extra = np.where((shape.nodes > 1) & (shape.size > 0) & np.isfinite(cost.bandwidth_s),
                          cost.bandwidth_s * share, 0.0)
     return cost._replace(fill_s=cost.fill_s + extra)
