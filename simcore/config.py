@@ -24,7 +24,8 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    """``name``: a preset from ``simcore.models.MODEL_NAMES`` or a path to a Hugging Face config.json."""
+    """``name``: a preset from ``simcore.models.MODEL_NAMES``, a published model id of the same shape
+    (``moonshotai/Kimi-K2.5``, see ``simcore.models.preset_for``) or a path to a Hugging Face config.json."""
 
     name: str = "deepseek-v3"
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from .hf_config import SPEC_TYPE, ModelConfigError, from_hf_config
+from .hf_config import REJECTED, SPEC_TYPE, ModelConfigError, from_hf_config
 
-__all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "model_summary", "MODEL_NAMES",
-           "CONFIG_DIR"]
+__all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "preset_for", "model_summary",
+           "MODEL_NAMES", "CONFIG_DIR"]
 
 #: Directory holding the preset ``<name>.json`` files.
 CONFIG_DIR = Path(__file__).with_name("model_configs")
@@ -332,11 +333,70 @@ def _preset(name: str) -> ModelSpec:
     return from_hf_config(CONFIG_DIR / f"{name}.json", name=name)
 
 
+# Published model ids whose text model has a preset's architecture and shape (beside each preset's own
+# ``_source``), matched case-insensitively on the whole id or on the name after the last "/".
+_SAME_SHAPE = {
+    "kimi-k2": ("moonshotai/Kimi-K2.5", "moonshotai/Kimi-K2-Instruct-0905", "moonshotai/Kimi-K2-Base",
+                "moonshotai/Kimi-K2-Thinking"),
+    "minimax-m2": ("MiniMaxAI/MiniMax-M2.1", "MiniMaxAI/MiniMax-M2.5"),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3-Base", "deepseek-ai/DeepSeek-V3.1"),
+    "deepseek-r1": ("deepseek-ai/DeepSeek-R1-0528",),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B-Thinking-2507",
+                        "Qwen/Qwen3-235B-A22B-FP8"),
+    "qwen3-32b": ("Qwen/Qwen3-32B-FP8",),
+    "qwen2-57b-a14b": ("Qwen/Qwen2-57B-A14B-Instruct",),
+    "llama-4-scout": ("meta-llama/Llama-4-Scout-17B-16E-Instruct",),
+    "llama-4-maverick": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+                         "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8"),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct",),
+    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct",),
+    "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
+}
+# Published model ids of architectures the cost model refuses, with their model_type.
+_REFUSED_IDS = {"zai-org/GLM-5": "glm_moe_dsa", "zai-org/GLM-5-FP8": "glm_moe_dsa",
+                "deepseek-ai/DeepSeek-V3.2-Exp": "deepseek_v32", "deepseek-ai/DeepSeek-V3.2": "deepseek_v32",
+                "Qwen/Qwen3-Next-80B-A3B-Instruct": "qwen3_next", "MiniMaxAI/MiniMax-M1-80k": "minimax_m1"}
+
+
+@functools.cache
+def _ids() -> tuple[dict[str, str], dict[str, str]]:
+    """(model id -> preset, model id -> refused model_type), keyed by the lower-case id and its name."""
+    def keys(model_id: str) -> tuple[str, str]:
+        return model_id.lower(), model_id.lower().rsplit("/", 1)[-1]
+
+    presets: dict[str, str] = {}
+    for name in MODEL_NAMES:
+        source = json.loads((CONFIG_DIR / f"{name}.json").read_text()).get("_source", "")
+        for model_id in (source, *_SAME_SHAPE.get(name, ())):
+            if "/" in model_id:
+                presets.update(dict.fromkeys(keys(model_id), name))
+    refused = {key: kind for model_id, kind in _REFUSED_IDS.items() for key in keys(model_id)}
+    return presets, refused
+
+
+def preset_for(model_id: str) -> str | None:
+    """The preset of a published model id (``moonshotai/Kimi-K2.5`` -> ``kimi-k2``), else ``None``;
+    raises :class:`ModelConfigError` for the id of an architecture the cost model refuses."""
+    presets, refused = _ids()
+    key = model_id.lower()
+    if key in MODEL_NAMES:
+        return key
+    if key in refused:
+        kind = refused[key]
+        raise ModelConfigError(f"model {model_id!r} is a {kind!r} model with {REJECTED[kind]}, "
+                               "which the cost model does not express")
+    return presets.get(key)
+
+
 def get_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
-    """A preset by name (case-insensitive, see :data:`MODEL_NAMES`) or a ``config.json`` path."""
+    """A preset by name (case-insensitive, see :data:`MODEL_NAMES`), by a published model id of the
+    same shape (see :func:`preset_for`), or a ``config.json`` path."""
     text = os.fspath(name_or_path)
-    if text.lower() in MODEL_NAMES:
-        return _preset(text.lower())
+    preset = None if text.endswith(".json") else preset_for(text)
+    if preset is not None:
+        return _preset(preset)
     if text.endswith(".json") or os.sep in text or Path(text).is_file():
         return from_hf_config(text)
     raise ValueError(f"unknown model {text!r}; valid names: {', '.join(MODEL_NAMES)}")

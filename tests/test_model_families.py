@@ -184,3 +184,15 @@ def test_layer_patterns_add_up(layers, pattern, window, windowed, pp, context) -
     span = spec.attention_context(context)
     assert min(context, window) <= span + 1e-9 and span <= context + 1e-9
     assert from_hf_config(spec.to_dict()) == spec
+
+
+def test_published_model_ids_map_to_presets() -> None:
+    from simcore.models import preset_for
+
+    assert get_model("moonshotai/Kimi-K2.5") is get_model("kimi-k2")
+    assert preset_for("MiniMax-M2.5") == "minimax-m2" and preset_for("openai/gpt-oss-20b") == "gpt-oss-20b"
+    assert preset_for("Qwen/Qwen3-235B-A22B-Instruct-2507") == "qwen3-235b-a22b"
+    assert preset_for("some-org/unknown-model") is None
+    for model_id in ("zai-org/GLM-5", "GLM-5"):
+        with pytest.raises(ModelConfigError, match="glm_moe_dsa.*sparse attention"):
+            get_model(model_id)
