@@ -89,14 +89,16 @@ class _Transfer:
 class _Batch:
     """Flows that start draining together with one size and rate cap, as arrays.
 
-    ``links[e]`` is crossed by member ``member[e]``; ``rem`` holds remaining bytes per member.
+    ``links[e]`` is crossed by member ``member[e]``; ``rem`` holds remaining bytes per member and
+    ``rate`` its rate; a member of weight w stands for w identical flows (:mod:`simcore.maxmin`).
     """
 
-    __slots__ = ("links", "member", "rem", "rate", "size", "cap", "k", "k0", "owner", "tag")
+    __slots__ = ("links", "member", "weight", "rem", "rate", "size", "cap", "k", "k0", "owner", "tag")
 
-    def __init__(self, links: np.ndarray, member: np.ndarray, k: int, size: float, cap: float,
+    def __init__(self, links: np.ndarray, member: np.ndarray, weight: np.ndarray, size: float, cap: float,
                  owner: _Transfer, tag: Hashable | None):
-        self.links, self.member, self.k, self.k0 = links, member, k, k
+        k = len(weight)
+        self.links, self.member, self.weight, self.k, self.k0 = links, member, weight, k, int(weight.sum())
         self.rem = np.full(k, float(size))
         self.rate = np.full(k, np.nan)  # unknown until the next solve
         self.size, self.cap, self.owner, self.tag = float(size), float(cap), owner, tag
@@ -109,7 +111,7 @@ class _Batch:
             renumber = np.cumsum(keep) - 1
             kept_entries = keep[self.member]
             self.links, self.member = self.links[kept_entries], renumber[self.member[kept_entries]]
-            self.rem, self.rate = self.rem[keep], self.rate[keep]
+            self.rem, self.rate, self.weight = self.rem[keep], self.rate[keep], self.weight[keep]
         self.k = k
         return k == 0
 
@@ -224,7 +226,7 @@ class FlowNetwork:
         links, latency = self.router.route(src, dst, flow_key,
                                            self._link_load() if self._adaptive else None)
         member = np.zeros(len(links), dtype=np.intp)
-        batch = _Batch(links, member, 1, size_bytes, rate_cap_bytes_per_s, _Transfer(done, 1), tag)
+        batch = _Batch(links, member, np.ones(1), size_bytes, rate_cap_bytes_per_s, _Transfer(done, 1), tag)
         self._launch(batch, latency)
         return done
 
@@ -269,8 +271,8 @@ class FlowNetwork:
         if size_bytes == 0 or not plan:
             return done.succeed(self.env.now)
         owner = _Transfer(done, len(plan))
-        for latency, links, member, k in plan:
-            self._launch(_Batch(links, member, k, size_bytes, cap, owner, tag), latency)
+        for latency, links, member, weight in plan:
+            self._launch(_Batch(links, member, weight, size_bytes, cap, owner, tag), latency)
         return done
 
     def _plan(self, chains: tuple, keys: tuple, cache_key: tuple) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
@@ -292,10 +294,15 @@ class FlowNetwork:
                 buckets.setdefault(latency, []).append(np.concatenate(routes))
         plan = []
         for latency, routes in buckets.items():
+            merged: dict[bytes, int] = {}  # identical routes: one member of that weight (exact)
+            for links in routes:
+                merged[links.tobytes()] = merged.get(links.tobytes(), 0) + 1
+            routes = [np.frombuffer(key, dtype=np.intp) for key in merged]
+            weight = np.array(list(merged.values()), dtype=float)
             member = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
-            plan.append((latency, np.concatenate(routes), member, len(routes)))
+            plan.append((latency, np.concatenate(routes), member, weight))
             if adaptive:  # _launch counts them again
-                np.add.at(self._flows_on, plan[-1][1], -1.0)
+                np.add.at(self._flows_on, plan[-1][1], -weight[member])
         if not adaptive:
             self._plans[cache_key] = plan
         return plan
@@ -306,7 +313,7 @@ class FlowNetwork:
 
     def _launch(self, batch: _Batch, latency: float) -> None:
         if self._adaptive:
-            np.add.at(self._flows_on, batch.links, 1.0)
+            np.add.at(self._flows_on, batch.links, batch.weight[batch.member])
         if latency <= 0:
             self._activate([batch])
             return
@@ -324,7 +331,7 @@ class FlowNetwork:
         self._advance()
         self._arrived.extend(batches)
         if self.record:
-            self.flow_log.extend((self.env.now, "start", b.tag, b.k) for b in batches)
+            self.flow_log.extend((self.env.now, "start", b.tag, b.k0) for b in batches)
         if not self._solve_pending:
             self._solve_pending = True
             _LateEvent(self.env).callbacks.append(self._solve)
@@ -362,10 +369,13 @@ class FlowNetwork:
         flows += np.repeat(bounds[:-1], [len(b.links) for b in batches])  # batch-local -> global ids
         caps = np.repeat([b.cap for b in batches], sizes)
         guess = np.concatenate([b.rate for b in batches])  # warm start: only changed flows re-solve
-        rate = max_min_rates(flows, links, self._capacity, caps, guess=guess)
+        weight = np.concatenate([b.weight for b in batches])
+        unit = bool((weight == 1.0).all())
+        rate = max_min_rates(flows, links, self._capacity, caps, guess=guess, weight=None if unit else weight)
         for b, lo, hi in zip(batches, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             b.rem, b.rate = rem[lo:hi], rate[lo:hi]
-        self._set_load(np.bincount(links, weights=rate[flows], minlength=len(self._links)))
+        total = rate if unit else rate * weight
+        self._set_load(np.bincount(links, weights=total[flows], minlength=len(self._links)))
         self._rem, self._rate, self._bounds = rem, rate, bounds
         self._tol = np.repeat([b.size * _DONE_RTOL for b in batches], sizes)
         self._finish = self.env.now + rem / rate
@@ -396,7 +406,7 @@ class FlowNetwork:
         for j, b in enumerate(self._batches):
             gone = finished[self._bounds[j]:self._bounds[j + 1]] if j in hit else None
             if gone is not None and self._adaptive:
-                np.add.at(self._flows_on, b.links[gone[b.member]], -1.0)
+                np.add.at(self._flows_on, b.links[gone[b.member]], -b.weight[b.member][gone[b.member]])
             if gone is not None and b.drop(gone):
                 self._finish_batch(b)
             else:
@@ -436,7 +446,7 @@ class FlowNetwork:
     @property
     def active_flows(self) -> int:
         """Flows currently draining (latency already paid)."""
-        return sum(b.k for b in self._batches) + sum(b.k for b in self._arrived)
+        return int(sum(b.weight.sum() for b in self._batches) + sum(b.weight.sum() for b in self._arrived))
 
     def utilization(self) -> dict[tuple[str, str], list[tuple[float, float]]]:
         """Per used link, the piecewise-constant ``(time_s, load / capacity)`` timeline."""

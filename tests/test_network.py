@@ -349,6 +349,24 @@ def test_max_min_matches_reference_and_has_bottlenecks(problem, rnd):
     assert max_min_rates(flows, links, capacity, caps, guess=guess) == pytest.approx(rates, rel=1e-9)
 
 
+@settings(max_examples=150, deadline=None)
+@given(rate_problems(), st.lists(st.integers(1, 3), min_size=8, max_size=8), st.randoms(use_true_random=False))
+def test_weighted_flow_equals_that_many_identical_flows(problem, weights, rnd):
+    """A flow of weight w (merged identical channels) gets what each of w copies of it would."""
+    flows, links, capacity, caps = problem
+    w = np.array(weights[:len(caps)], dtype=float)
+    copies = [f for f in range(len(caps)) for _ in range(int(w[f]))]  # copy i stands for flow copies[i]
+    paths = [[k for g, k in zip(flows, links, strict=True) if g == f] for f in range(len(caps))]
+    exp_flows = np.array([i for i, f in enumerate(copies) for _ in paths[f]])
+    exp_links = np.array([k for f in copies for k in paths[f]])
+    expanded = max_min_rates(exp_flows, exp_links, capacity, caps[copies])
+    weighted = max_min_rates(flows, links, capacity, caps, weight=w)
+    assert weighted[copies] == pytest.approx(expanded, rel=1e-9)
+    guess = weighted.copy()
+    guess[rnd.sample(range(len(caps)), len(caps) // 3)] = np.nan
+    assert max_min_rates(flows, links, capacity, caps, guess=guess, weight=w) == pytest.approx(weighted, rel=1e-9)
+
+
 @st.composite
 def flow_sets(draw):
     gpus = [f"gpu{i}" for i in range(16)]
