@@ -96,7 +96,9 @@ def test_skewed_routing_runs_per_gpu_with_per_rank_work():
     skew = EngineConfig(routing=RoutingConfig("zipf", 1.5))
     work = RankPrograms(ctx, s, "decode", None, skew)
     experts = [sum(op.duration_s for op in work.programs(e, 0)[0].ops if op.name == "expert_ffn1") for e in range(8)]
-    assert max(experts) > min(experts) * 1.2  # ranks own different expert work
+    loads = work.work(0, 0).loads
+    assert loads.max() > 1.5 * loads.min()  # ranks receive different token counts...
+    assert max(experts) > min(experts) * 1.02  # ...so they own different expert work (weight-bound decode)
     r = simulate(ctx, graph, s, skew)
     assert r.mode == "per-gpu" and "routing" in r.mode_reason
     assert r.flows_run > 0 and r.network_events > 0  # dispatch/combine as all-to-all-v flows

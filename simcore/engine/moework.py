@@ -91,6 +91,13 @@ class RankPrograms:
                     return False
         return True
 
+    def bytes_per_copy(self, name: str) -> float:
+        """Bytes one routed token copy puts in the EP collective ``name`` (dispatch | combine) on
+        one GPU: the uniform block's size over the copies it carries."""
+        task = next(t for t in self._block(1.0) if t.name == name)
+        copies = self.tokens * self.ctx.model.top_k
+        return float(task.size_bytes[0]) / copies if copies > 0 else 0.0
+
     def _block(self, load: float) -> list:
         if load not in self._blocks:
             self._blocks[load] = lower(self.ctx, self._arrays, self.phase, self.context, load)["moe_layer"]

@@ -39,17 +39,23 @@ class LaneComm:
         self.groups: list[tuple[str, list[str]]] = []
         self.lane_groups: dict[tuple[int, str], list[int]] = {}
         self.participants: list[set[int]] = []
+        self.takers: list[frozenset[str]] = []  # the GPUs whose communication stream it occupies
+        self.sm_share: list[dict[int, float]] = []  # per lane, the share of its GPUs taking part
         for gid, (kind, ranks) in enumerate(all_groups(placement)):
             self.groups.append((kind, ranks))
             members = ranks[:1] if kind == "pp" else ranks
             lanes_in = {lane_of[g] for g in members}
             self.participants.append(lanes_in)
+            self.takers.append(frozenset(members))
+            share: dict[int, float] = {}
+            for g in members:
+                share[lane_of[g]] = share.get(lane_of[g], 0.0) + 1.0 / len(lanes[lane_of[g]].gpus)
+            self.sm_share.append(share)
             for lane in lanes_in:
                 self.lane_groups.setdefault((lane, kind), []).append(gid)
         self.shapes = [group_shape(graph, r) for _, r in self.groups]
         self.contended = (contention_flags(graph, network, self.groups) if not self.analytic_only
                           else [False] * len(self.groups))
-        self.ep_index = {g: placement_e for placement_e, g in _ep_ranks(placement)}
         self.packed = {kind: packed_shape(ctx, s, kind) for kind in _KINDS}
         #: SMs per GPU, of which a running collective holds :meth:`kernel_sms` (the executor's SM
         #: sharing, as :class:`~simcore.engine.comm.FlowComm`; none with contention off, as AnalyticComm)
@@ -59,7 +65,7 @@ class LaneComm:
         # communication stream is free, then take them all at once (no lane holds its stream while
         # waiting for others: that could deadlock two microbatches issued in opposite orders).
         self._queue: list[tuple] = []
-        self._busy: set[int] = set()
+        self._busy: set[str] = set()
         self._seq = 0
         self.executor = None  # set by LaneExecutor: SMs held while a collective runs
         self.flows_run = 0
@@ -75,7 +81,8 @@ class LaneComm:
 
     # ----- rendezvous -------------------------------------------------------------------------
     def run(self, env: simpy.Environment, lane: int, op, microbatch: int, step: int):
-        if op.size_bytes <= 0:
+        # a dispatch or combine with nothing for this rank still meets its EP group (others may send)
+        if op.size_bytes <= 0 and not (op.group == "ep" and self.work is not None):
             return
         done = [self._arrive(gid, lane, op, microbatch, step) for gid in self.lane_groups.get((lane, op.group), [])]
         if done:
@@ -100,25 +107,24 @@ class LaneComm:
         self._queue.sort(key=lambda q: q[:2])
         waiting = []
         for item in self._queue:
-            lanes = self.participants[item[2]]
-            if lanes & self._busy:
+            gpus = self.takers[item[2]]
+            if gpus & self._busy:
                 waiting.append(item)
             else:
-                self._busy |= lanes
+                self._busy |= gpus
                 self.env.process(self._launch(*item[2:]))
         self._queue = waiting
 
     def _launch(self, gid: int, op, step: int, done: simpy.Event):
-        lanes = self.participants[gid]
+        # a lane standing for several GPUs holds, per GPU, the SMs of the collectives its GPUs run
         sms = self.kernel_sms_of(gid, op) if self.executor is not None and self.num_sms else 0
-        for lane in lanes:
-            if sms:
-                self.executor._hold_sms(lane, sms)
+        held = {lane: sms * share for lane, share in self.sm_share[gid].items()} if sms else {}
+        for lane, n in held.items():
+            self.executor._hold_sms(lane, n)
         yield from self._collective(gid, op, step)
-        for lane in lanes:
-            if sms:
-                self.executor._hold_sms(lane, -sms)
-        self._busy -= lanes
+        for lane, n in held.items():
+            self.executor._hold_sms(lane, -n)
+        self._busy -= self.takers[gid]
         done.succeed(self.env.now)
         self._dispatch()
 
@@ -146,10 +152,8 @@ class LaneComm:
         work = self.work.work(op.layer, step) if self.work is not None else None
         if work is None:
             return None
-        pair = work.pair_tokens
-        e = self.ep_index[self.groups[gid][1][0]]
-        per_copy = op.size_bytes / max(float(pair[:, e].sum()), 1e-30)  # the op is sized for member e
-        return pair * per_copy if op.name != "combine" else pair.T * per_copy
+        per_copy = self.work.bytes_per_copy(op.name)
+        return work.pair_tokens * per_copy if op.name != "combine" else work.pair_tokens.T * per_copy
 
 
 def _links(graph, network, ranks: list[str]) -> set:
@@ -190,12 +194,6 @@ def contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> lis
         others = {h for link in links for h in users[link] if h != gid}
         out.append(any(not (takers[gid] & takers[h]) for h in others))
     return out
-
-
-def _ep_ranks(placement):
-    s = placement.s
-    for rank, gpu in enumerate(placement.gpu):
-        yield rank // s.tp % s.ep, gpu
 
 
 class LaneExecutor(Executor):
