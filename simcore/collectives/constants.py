@@ -124,7 +124,8 @@ class NcclConstants:
     # row charged its measuring harness's per-call overhead; the fabric terms below on its 152 multi-node
     # rows).
     # Fraction of the per-direction NVLink rate a set of ring channels reaches (0.797 x 450 = 359 GB/s;
-    # NCCL itself assumes 20.6 GB/s x 18 links = 370.8 GB/s = 0.824).
+    # NCCL itself assumes 20.6 GB/s x 18 links = 370.8 GB/s = 0.824). Blackwell keeps this Hopper fit (no
+    # Blackwell row in the fit set): 0.797 x 900 = 717 GB/s, where NCCL assumes 40.1 x 18 = 722 GB/s.
     nvlink_efficiency: float = 0.7973
     # Per scale-out fabric (``Fabric.scale_out``): the fraction of the NIC line rate NCCL reaches, the
     # network latency added per inter-node hop (NCCL's ``latencyInter``, twice for Simple) and the network
