@@ -101,9 +101,10 @@ def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict
     _scatter(used, out / "scatter.png")
     atomic_write_text(out / "report.md", _markdown(summary, used))
     for figures in summary["by_split"].values():
-        static = figures["simulator_static"]
-        print(f"inference {figures['label']}: simulator median |error| {_pct(figures['simulator'])}; "
-              f"static {_pct(static)} ({static.get('rows', 0)} rows)")
+        static, long_out = figures["simulator_static"], figures["simulator_static_long_output"]
+        print(f"inference {figures['label']}: simulator median |error| {_pct(figures['simulator'])}, proxy "
+              f"{_pct(figures['proxy'])}; simulator on static rows {_pct(static)} ({static.get('rows', 0)} rows), "
+              f"of which output >= 1024 tokens {_pct(long_out)} ({long_out.get('rows', 0)} rows)")
     return summary
 
 
