@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from hydra.core.config_store import ConfigStore
 
+from simcore.apps.serving import ServingAppConfig
 from simcore.config import (
     ConfigError,
     HardwareConfig,
@@ -87,6 +88,9 @@ def check_planner(p) -> None:
     def bad(name: str, requirement: str) -> None:
         raise ConfigError(f"planner.{name} {requirement}, got {getattr(p, name)!r}")
 
+    if p.name in ("tpe", "cmaes"):
+        raise ConfigError(f"planner.name: {p.name!r} searches serving plans only (workload=serving); "
+                          f"static planners: {', '.join(PLANNERS)}")
     if p.name not in PLANNERS:
         raise ConfigError(f"planner.name: {p.name!r} is not one of {', '.join(PLANNERS)}")
     for name in ("budget", "T", "chunks", "elite_prior_every", "num_steps", "update_epochs", "population", "tournament",
@@ -121,6 +125,7 @@ class SearchAppConfig:
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    serving: ServingAppConfig = field(default_factory=ServingAppConfig)  # read when workload=serving
     scenario: str = "custom"
     seed: int = 0
     top: int = 10

@@ -36,6 +36,7 @@ from simcore.apps.common import (
     console,
     run_dir,
 )
+from simcore.apps.serving import is_serving
 from simcore.config import build_context, build_engine_config, build_graph, build_space
 from simcore.models import model_summary
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
@@ -89,7 +90,12 @@ def _references(ctx, space, cfg, result: SearchResult) -> tuple[float | None, fl
 
 
 def run(cfg: DictConfig) -> dict:
-    """Search, re-rank, print the tables, write every output; return the summary."""
+    """Search, re-rank, print the tables, write every output; return the summary.
+    ``workload=serving`` searches serving plans instead (:mod:`planner.serving`)."""
+    if is_serving(cfg):
+        from planner.serving import run_serving_search
+
+        return run_serving_search(cfg)
     check_planner(cfg.planner)
     resume_dir = cfg.get("resume")
     out = Path(resume_dir) if resume_dir else run_dir()
@@ -175,7 +181,8 @@ def _main(cfg: DictConfig) -> float:
         print(f"interrupted: {exc.chunks_done} chunk(s) saved in {where}; continue with +resume={where}",
               file=sys.stderr)
         sys.exit(128 + int(getattr(exc, "signal", None) or 2))
-    return float(summary["proxy_tokens_per_s_per_gpu"] or 0.0)
+    value = summary["tokens_per_s_per_gpu"] if is_serving(cfg) else summary["proxy_tokens_per_s_per_gpu"]
+    return float(value or 0.0)
 
 
 main = config_errors_exit_2(_main)

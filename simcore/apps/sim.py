@@ -28,6 +28,7 @@ from simcore.apps.common import (
     console,
     run_dir,
 )
+from simcore.apps.serving import ServingAppConfig, is_serving, run_serving_sim
 from simcore.config import (
     HardwareConfig,
     ModelConfig,
@@ -87,6 +88,7 @@ class SimAppConfig:
     plan: str | None = None
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     export: str | None = None
+    serving: ServingAppConfig = field(default_factory=ServingAppConfig)  # read when workload=serving
 
 
 def _load(cfg: DictConfig) -> Strategy | None:
@@ -159,7 +161,10 @@ def _breakdown_table(title: str, proxy, sim) -> Table:
 
 def run(cfg: DictConfig) -> dict:
     """Simulate the strategy beside the proxy, print both, write ``result.json`` and ``trace.json``
-    (and, with ``export``, the target's launch command into ``export_<target>.txt``)."""
+    (and, with ``export``, the target's launch command into ``export_<target>.txt``).
+    ``workload=serving`` simulates one serving plan instead (:mod:`simcore.apps.serving`)."""
+    if is_serving(cfg):
+        return run_serving_sim(cfg)
     if cfg.export is not None:
         check_target(str(cfg.export))
     strategy = _load(cfg)
@@ -223,7 +228,11 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="sim")
 @cli_errors
 def _main(cfg: DictConfig) -> float:
-    return float(run(cfg)["sim"]["tokens_per_s_per_gpu"])
+    payload = run(cfg)
+    if "result" in payload:  # workload=serving
+        metrics = payload["result"]["metrics"]
+        return float(metrics["output_tokens_per_s_per_gpu"]) if metrics else 0.0
+    return float(payload["sim"]["tokens_per_s_per_gpu"])
 
 
 main = config_errors_exit_2(_main)

@@ -1,0 +1,22 @@
+"""Serving plan search: the best aggregated or disaggregated plan under TTFT and TPOT SLOs.
+
+Entry points: :func:`run_serving_search` (``shard-search workload=serving``, see :mod:`.app`) and
+:func:`search_plans` (one method on one scenario, for studies and tests).
+
+- :mod:`.space`: the plan space as categorical heads (mode, each pool's degrees and workers,
+  max_num_seqs) with conditional masks; Megatron's per-operator sharding in every pool
+- :mod:`.evaluator`: memoized ``simulate_serving`` behind a budget of simulations; the objective
+  (tokens/s per GPU under the SLOs, a graded penalty for misses)
+- :mod:`.methods`: PPO, the metaheuristics, the Megatron-style heuristic, exact enumeration,
+  Optuna's TPE and CMA-ES
+- :mod:`.pareto`: the front across loads, the best plan per SLO, the closest misses
+"""
+
+from .app import run_serving_search, search_plans
+from .evaluator import Record, ServingEvaluator, slo_miss
+from .methods import METHODS, method_config, run_method
+from .pareto import best_per_slo, closest_misses, pareto_mask, sweep_loads
+from .space import ServingSpace
+
+__all__ = ["run_serving_search", "search_plans", "ServingSpace", "ServingEvaluator", "Record", "slo_miss",
+           "METHODS", "method_config", "run_method", "pareto_mask", "sweep_loads", "best_per_slo", "closest_misses"]

@@ -1,0 +1,186 @@
+"""``shard-search workload=serving``: the best serving plan under the SLOs, the front across loads, launches.
+
+:func:`run_serving_search` is pure apart from its run dir: it searches with ``planner.name`` (one of
+:data:`~planner.serving.methods.METHODS`) for ``serving.search.budget`` simulations, simulates the
+best plans of each mode at every load of ``serving.search.loads``, and writes into the run dir:
+
+- ``summary.json`` / ``results.json``: the answer, its metrics and goodput, the Megatron-style
+  heuristic's best, the closest misses when no plan meets the SLOs, times;
+- ``best_plan.yaml``: the plan (replay with ``shard-sim workload=serving plan=...``);
+- ``candidates.csv``: every simulated plan; ``pareto.csv`` / ``pareto.png``: tokens/s/GPU against
+  tokens/s/user across loads, front marked; ``best_per_slo.csv``: the best plan per TPOT target;
+- ``launch_vllm.sh``, ``launch_sglang.sh``, ``launch_trtllm.sh`` (+ ``trtllm_*.yaml``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from omegaconf import OmegaConf
+from rich.table import Table
+
+from simcore.apps.common import UserError, atomic_write_json, atomic_write_text, console, run_dir
+from simcore.apps.serving import build_serving_config, build_serving_context
+from simcore.config import build_graph
+from simcore.export.serving import SERVING_TARGETS, serving_launch
+from simcore.serving import get_runtime
+
+from ..apps.outputs import write_metrics
+from .evaluator import ServingEvaluator
+from .methods import METHODS, method_config, run_method
+from .pareto import (
+    POINT_COLUMNS,
+    best_per_slo,
+    closest_misses,
+    mark_front,
+    plot_front,
+    point,
+    sweep_loads,
+    write_points,
+)
+from .space import ServingSpace
+
+__all__ = ["run_serving_search", "search_plans"]
+
+
+def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=None, stop=None
+                 ) -> tuple[ServingEvaluator, dict]:
+    """Run ``method`` on the space ``search`` (a ``serving.search`` node) describes; returns the
+    evaluator (every simulated plan) and what the method reports."""
+    if method not in METHODS:
+        raise UserError(f"planner.name: {method!r} is not a serving method; choose one of {', '.join(METHODS)}")
+    if int(search.budget) < 1:
+        raise UserError(f"serving.search.budget must be >= 1, got {search.budget}")
+    runtime = get_runtime(scfg.runtime)
+    longest = int(scfg.input_len.mean + scfg.output_len.mean)
+    space = ServingSpace(ctx, runtime, max_len=longest, tp=search.tp, ep=search.ep, pp=tuple(search.pp),
+                         max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes))
+    ev = ServingEvaluator(ctx, space, scfg, int(search.budget), graph=graph, runtime=runtime,
+                          max_proposals=int(search.max_proposals) * int(search.budget))
+    info = run_method(method, ev, method_config(pcfg), seed, stop=stop, exact_limit=int(search.exact_limit))
+    return ev, info
+
+
+def _best_per_mode(ev: ServingEvaluator, k: int):
+    """The ``k`` best simulated plans of each mode (by the search objective)."""
+    out = []
+    for mode in ("agg", "disagg"):
+        out += [r for r in ev.ranked() if r.feasible and r.plan.mode == mode][:k]
+    return out
+
+
+def _metrics(rec) -> dict | None:
+    if rec is None:
+        return None
+    m = rec.result.metrics
+    return {"plan": rec.plan.describe(), "mode": rec.plan.mode, "gpus": rec.plan.gpus,
+            "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu, "tokens_per_s_per_user": m.tokens_per_s_per_user,
+            "ttft_ms": m.ttft_s["mean"] * 1e3, "tpot_ms": m.tpot_s["mean"] * 1e3, "goodput": m.goodput,
+            "goodput_tokens_per_s_per_gpu": m.goodput_tokens_per_s_per_gpu, "requests_per_s": m.requests_per_s,
+            "plan_dict": rec.plan.to_dict()}
+
+
+def _table(title: str, recs, ev: ServingEvaluator) -> Table:
+    table = Table(title=title)
+    for col in ("#", "plan", "GPUs", "tokens/s/GPU", "tokens/s/user", "TTFT ms", "TPOT ms", "goodput", "SLOs"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for i, r in enumerate(recs, 1):
+        m = r.result.metrics
+        slo = "met" if r.meets else f"TTFT +{100 * r.ttft_over:.0f}% TPOT +{100 * r.tpot_over:.0f}%"
+        table.add_row(str(i), r.plan.describe(), str(r.plan.gpus), f"{m.output_tokens_per_s_per_gpu:,.1f}",
+                      f"{m.tokens_per_s_per_user:,.1f}", f"{m.ttft_s['mean'] * 1e3:,.0f}",
+                      f"{m.tpot_s['mean'] * 1e3:,.1f}", f"{m.goodput:.2f}", slo)
+    return table
+
+
+def run_serving_search(cfg) -> dict:
+    """Search, sweep the loads, print the tables, write every output; return the summary."""
+    started = time.perf_counter()
+    s, search = cfg.serving, cfg.serving.search
+    scfg = build_serving_config(s)
+    ctx = build_serving_context(cfg)
+    graph = build_graph(cfg.topology, cfg.hardware) if s.network else None
+    method, seed, con, out = str(cfg.planner.name), int(cfg.seed), console(), run_dir()
+    ev, info = search_plans(ctx, scfg, search, method, seed, graph=graph, pcfg=cfg.planner)
+    search_s = time.perf_counter() - started
+    ranked = [r for r in ev.ranked() if r.feasible]
+    best = next((r for r in ranked if r.meets), None)
+    keys = [tuple(int(x) for x in a) for a in ev.actions.megatron()]
+    heuristic = [ev.records[k] for k in keys if k in ev.records]
+    heuristic_best = max((r for r in heuristic if r.meets), key=lambda r: r.tokens_per_s_per_gpu, default=None)
+    t0 = time.perf_counter()
+    sweep = _best_per_mode(ev, int(search.pareto_plans))
+    loads = [x for x in search.loads if float(x) != 1.0]
+    rows = [point(r.result, scfg, 1.0) for r in ranked]
+    rows += sweep_loads(ctx, [r.plan for r in sweep], scfg, loads, graph=graph, runtime=get_runtime(scfg.runtime))
+    rows = mark_front(rows)
+    pareto_s = time.perf_counter() - t0
+    grid = sorted({float(x) for x in search.tpot_grid_ms} | ({float(s.tpot_slo_ms)} if s.tpot_slo_ms else set()))
+    per_slo = best_per_slo(rows, s.ttft_slo_ms, grid)
+    misses = closest_misses(ev.records.values()) if best is None else []
+    load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else f"{scfg.arrival} {scfg.rate:g} req/s"
+    title = (f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, {scfg.runtime}, "
+             f"{load}, ISL {s.isl} OSL {s.osl}, SLO TTFT {s.ttft_slo_ms} ms TPOT {s.tpot_slo_ms} ms: {method}, "
+             f"{ev.sims} simulated plans of {ev.actions.size}")
+    con.print(_table(title, ranked[:10], ev))
+    summary = {
+        "scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus, "planner": method,
+        "seed": seed, "budget": ev.budget, "sims": ev.sims, "proposals": ev.proposals, "space_size": ev.actions.size,
+        "search_wall_s": search_s, "sim_wall_s": ev.sim_wall_s, "pareto_wall_s": pareto_s,
+        "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate, "runtime": scfg.runtime,
+                    "num_requests": scfg.num_requests, "isl": s.isl, "osl": s.osl},
+        "slo": {"ttft_ms": s.ttft_slo_ms, "tpot_ms": s.tpot_slo_ms}, "met": best is not None,
+        "tokens_per_s_per_gpu": best.tokens_per_s_per_gpu if best else None, "best": _metrics(best),
+        "best_by_mode": {m: _metrics(next((r for r in ranked if r.meets and r.plan.mode == m), None))
+                         for m in ("agg", "disagg")},
+        "megatron": _metrics(heuristic_best),
+        "ratio_to_megatron": best.tokens_per_s_per_gpu / heuristic_best.tokens_per_s_per_gpu
+        if best and heuristic_best else None,
+        "closest_misses": misses, "best_per_slo": per_slo, "method_info": {k: v for k, v in info.items() if k != "metrics"},
+    }
+    _write(out, cfg, ctx, ev, best or (ranked[0] if ranked else None), rows, per_slo, summary, info, scfg)
+    summary["total_wall_s"] = time.perf_counter() - started
+    atomic_write_json(out / "summary.json", summary)
+    if best is not None:
+        ratio = f" ({summary['ratio_to_megatron']:.3f}x the Megatron-style plan)" if summary["ratio_to_megatron"] else ""
+        con.print(f"best: {best.plan.describe()}: {best.tokens_per_s_per_gpu:,.1f} tokens/s/GPU, "
+                  f"goodput {best.result.metrics.goodput:.2f}{ratio}")
+    else:
+        con.print(f"[red]no plan meets the SLOs[/red] (TTFT <= {s.ttft_slo_ms} ms, TPOT <= {s.tpot_slo_ms} ms "
+                  f"on the mean); closest:")
+        for m in misses:
+            con.print(f"  {m['plan']}: TTFT {m['ttft_ms']:,.0f} ms (+{m['ttft_over_pct']:.0f}%), "
+                      f"TPOT {m['tpot_ms']:,.1f} ms (+{m['tpot_over_pct']:.0f}%)")
+    con.print(f"searched in {search_s:.1f} s ({ev.sims} simulations, {ev.sim_wall_s:.1f} s simulating), "
+              f"front over {len(search.loads)} loads in {pareto_s:.1f} s  ->  run dir: {out}")
+    return summary
+
+
+def _write(out: Path, cfg, ctx, ev, answer, rows, per_slo, summary, info, scfg) -> None:
+    results = summary | {"config": OmegaConf.to_container(cfg, resolve=True),
+                         "ranked": [_metrics(r) | {"meets_slo": r.meets} for r in ev.ranked() if r.feasible][:50]}
+    atomic_write_json(out / "results.json", results)
+    candidates = [point(r.result, scfg, 1.0) | {"order": r.index} for r in sorted(ev.records.values(),
+                                                                                  key=lambda r: r.index)]
+    write_points(out / "candidates.csv", candidates, ("order", *POINT_COLUMNS[3:-1]))
+    write_points(out / "pareto.csv", rows)
+    plot_front(out / "pareto.png", rows, f"{cfg.scenario}: {ctx.model.name}, {scfg.runtime}, loads x"
+               f"{', '.join(f'{x:g}' for x in cfg.serving.search.loads)} of the configured load")
+    write_points(out / "best_per_slo.csv", per_slo, tuple(per_slo[0]) if per_slo else ("tpot_slo_ms",))
+    if info.get("metrics"):
+        write_metrics(out / "metrics.jsonl", info["metrics"])
+    if answer is None:
+        return
+    plan = {"scenario": cfg.scenario, "model": cfg.model.name, "topology": OmegaConf.to_container(cfg.topology),
+            "serving": {k: v for k, v in OmegaConf.to_container(cfg.serving).items() if k not in ("plan", "search")},
+            "serving_plan": answer.plan.to_dict()}
+    atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
+    gpn = int(ev.graph.graph.get("gpus_per_node", 0)) if ev.graph is not None else ctx.cluster.nvlink_domain_size
+    for target in SERVING_TARGETS:
+        launch = serving_launch(answer.plan, ctx.model, target, gpus_per_node=gpn or None,
+                                precision=ctx.workload.precision, isl=int(cfg.serving.isl))
+        atomic_write_text(out / f"launch_{target}.sh", launch.to_text())
+        for name, text in launch.files.items():
+            atomic_write_text(out / name, text)

@@ -1,0 +1,276 @@
+"""The ``serving`` config node and ``shard-sim workload=serving``: one serving plan, request by request.
+
+``workload=serving`` (``conf/workload/serving.yaml``, ``workload.phase: serving``) switches both apps
+to request-level serving (:mod:`simcore.serving`): ``shard-sim`` simulates one plan (``plan=FILE``, a
+``best_plan.yaml`` of ``shard-search workload=serving``, or ``serving.plan.*`` on the command line),
+``shard-search`` searches plans (:mod:`planner.serving`). What arrives is the ``serving`` node
+(:class:`ServingAppConfig`): ``serving.concurrency`` closed-loop clients, or ``serving.rate`` requests/s
+(Poisson), or a ``serving.trace`` CSV; lengths ``serving.isl`` / ``serving.osl``; SLOs in milliseconds.
+
+Bad input (a concurrency of 0, an unknown runtime, a trace with a missing column or a negative length,
+a plan larger than the cluster) is a :class:`~simcore.apps.common.UserError` naming the field: one
+line, exit code 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from simcore.apps.common import UserError
+
+__all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
+           "build_serving_context", "plan_from_dict", "plan_from_config", "load_serving_plan", "is_serving",
+           "run_serving_sim", "metrics_row"]
+
+
+@dataclass
+class PoolConfig:
+    """One pool of a plan typed on the command line: ``workers`` replicas of ``tp * ep * pp`` GPUs."""
+
+    tp: int = 1
+    ep: int = 1
+    pp: int = 1
+    workers: int = 1
+    max_num_seqs: int = 256
+
+
+@dataclass
+class ServingPlanConfig:
+    """``mode`` ``agg`` serves with ``pool``; ``disagg`` prefills on ``prefill`` and decodes on ``decode``."""
+
+    mode: str = "agg"
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    prefill: PoolConfig = field(default_factory=PoolConfig)
+    decode: PoolConfig = field(default_factory=PoolConfig)
+
+
+@dataclass
+class ServingSearchConfig:
+    """``shard-search workload=serving``: ``budget`` simulated plans per method (repeats are free);
+    the space: ``tp`` / ``ep`` / ``pp`` degrees of a worker (``null``: powers of two up to a node for
+    tp, the experts for ep), ``max_num_seqs`` values, ``modes``; ``loads`` multiply the configured
+    concurrency (or rate) for the Pareto front, on which the ``pareto_plans`` best plans of each mode
+    are simulated; ``tpot_grid_ms``: TPOT targets of the best-plan-per-SLO table (TTFT stays the
+    configured one); ``exact_limit``: most plans ``planner=exact`` enumerates."""
+
+    budget: int = 64
+    tp: list[int] | None = None
+    ep: list[int] | None = None
+    pp: list[int] = field(default_factory=lambda: [1])
+    max_num_seqs: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024])
+    modes: list[str] = field(default_factory=lambda: ["agg", "disagg"])
+    loads: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])
+    pareto_plans: int = 2
+    tpot_grid_ms: list[float] = field(default_factory=lambda: [20.0, 35.0, 50.0, 100.0])
+    exact_limit: int = 3000
+    max_proposals: int = 20  # proposals per budgeted simulation before a method is stopped
+
+
+@dataclass
+class ServingAppConfig:
+    """What arrives: ``concurrency`` closed-loop clients, else ``rate`` requests/s (Poisson) when set,
+    else a ``trace`` CSV (``arrival_s,input_len,output_len``) when set. ``isl`` / ``osl``: prompt and
+    output tokens (``isl_std`` / ``osl_std`` > 0 draw them lognormally with that std); ``num_requests``
+    (``null``: twice the concurrency, at least 256; 1000 for Poisson; the whole trace); ``runtime``:
+    ``vllm`` | ``sglang`` | ``trtllm``; SLOs on the mean TTFT and TPOT in ms (``null``: none);
+    ``network``: KV hand-offs of disaggregated plans as flows on the topology (else idle-fabric time)."""
+
+    concurrency: int = 64
+    rate: float | None = None
+    trace: str | None = None
+    num_requests: int | None = None
+    isl: int = 4096
+    osl: int = 512
+    isl_std: float = 0.0
+    osl_std: float = 0.0
+    runtime: str = "vllm"
+    ttft_slo_ms: float | None = None
+    tpot_slo_ms: float | None = None
+    seed: int = 0
+    network: bool = True
+    plan: ServingPlanConfig = field(default_factory=ServingPlanConfig)
+    search: ServingSearchConfig = field(default_factory=ServingSearchConfig)
+
+
+def is_serving(cfg) -> bool:
+    return str(cfg.workload.phase) == "serving"
+
+
+def _length(mean, std: float, name: str):
+    from simcore.serving import LengthDist
+
+    if isinstance(mean, bool) or not isinstance(mean, int) or mean < 1:
+        raise UserError(f"{name} must be a positive integer, got {mean!r}")
+    return LengthDist("lognormal" if std > 0 else "fixed", mean=float(mean), std=float(std), name=name)
+
+
+def build_serving_config(s, load: float = 1.0):
+    """The :class:`~simcore.serving.ServingConfig` of a composed ``serving`` node, its concurrency or
+    rate scaled by ``load``; a bad field raises :class:`UserError` naming it (the trace is read here)."""
+    from simcore.serving import ServingConfig, ServingInputError, read_trace
+
+    def ms(v):
+        return None if v is None else float(v) / 1e3
+
+    try:
+        if s.trace:
+            arrival, n_default = "trace", len(read_trace(str(s.trace)))
+        elif s.rate is not None:
+            arrival, n_default = "poisson", 1000
+        else:
+            arrival, n_default = "closed", max(2 * int(s.concurrency) * max(load, 1.0), 256)
+        concurrency = max(int(round(int(s.concurrency) * load)), 1) if int(s.concurrency) >= 1 else int(s.concurrency)
+        rate = float(s.rate) * load if s.rate is not None else 0.0
+        n = int(s.num_requests) if s.num_requests is not None else int(n_default)
+        return ServingConfig(arrival=arrival, concurrency=concurrency, rate=rate,
+                             trace=None if not s.trace else str(s.trace), num_requests=n,
+                             input_len=_length(s.isl, float(s.isl_std), "serving.isl"),
+                             output_len=_length(s.osl, float(s.osl_std), "serving.osl"), runtime=str(s.runtime),
+                             ttft_slo_s=ms(s.ttft_slo_ms), tpot_slo_s=ms(s.tpot_slo_ms), seed=int(s.seed))
+    except ServingInputError as exc:
+        raise UserError(str(exc)) from None
+
+
+def build_serving_context(cfg):
+    """Cost context of a serving run: the scenario's model and cluster, ``workload.precision``, and
+    the ``serving`` lengths (the lowering's reference lengths; each step is priced at its own)."""
+    from simcore.config import build_cluster, build_engine_config
+    from simcore.lowering import CostContext
+    from simcore.models import get_model
+    from simcore.workload import Workload
+
+    s = cfg.serving
+    workload = Workload(phase="decode", precision=str(cfg.workload.precision), input_len=int(s.isl),
+                        output_len=int(s.osl))
+    routing = build_engine_config(cfg.sim).routing if "sim" in cfg else None
+    return CostContext(model=get_model(cfg.model.name), workload=workload,
+                       cluster=build_cluster(cfg.topology, cfg.hardware), routing=routing)
+
+
+def _pool(d: dict, role: str):
+    from simcore.serving import Pool, ServingInputError
+    from simcore.strategy import megatron_strategy
+
+    unknown = set(d) - {"tp", "ep", "pp", "workers", "max_num_seqs", "sharding", "dp", "batch"}
+    if unknown:
+        raise UserError(f"serving.plan.{role}: unknown field(s) {', '.join(sorted(unknown))}")
+    try:
+        strategy = megatron_strategy(tp=d.get("tp", 1), ep=d.get("ep", 1), pp=d.get("pp", 1))
+        if d.get("sharding"):
+            strategy = strategy.replace(sharding=dict(strategy.sharding) | dict(d["sharding"]))
+        return Pool(strategy, d.get("workers", 1), d.get("max_num_seqs", 256))
+    except (ServingInputError, ValueError) as exc:
+        raise UserError(f"serving.plan.{role}: {exc}") from None
+
+
+def plan_from_dict(d: dict):
+    """A :class:`~simcore.serving.ServingPlan` from ``{mode, pool | both, prefill, decode}``."""
+    from simcore.serving import ServingInputError, ServingPlan
+
+    mode = d.get("mode", "agg")
+    try:
+        if mode == "agg":
+            return ServingPlan("agg", pool=_pool(d.get("pool") or d.get("both") or {}, "pool"))
+        if mode == "disagg":
+            return ServingPlan("disagg", prefill=_pool(d.get("prefill") or {}, "prefill"),
+                               decode=_pool(d.get("decode") or {}, "decode"))
+        return ServingPlan(mode)
+    except ServingInputError as exc:
+        raise UserError(str(exc).replace("plan.", "serving.plan.", 1)) from None
+
+
+def plan_from_config(plan_cfg):
+    from omegaconf import OmegaConf
+
+    return plan_from_dict(OmegaConf.to_container(plan_cfg, resolve=True))
+
+
+def load_serving_plan(path: str | Path, model: str | None = None):
+    """The plan of a ``best_plan.yaml`` written by ``shard-search workload=serving``."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"plan: no such file {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"plan: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("serving_plan"), dict):
+        raise UserError(f"plan: {path.name} has no serving_plan (write one with shard-search workload=serving)")
+    if model is not None and data.get("model") not in (None, model):
+        raise UserError(f"plan: made for model {data['model']!r}, the config has {model!r}; pass model=...")
+    return plan_from_dict(data["serving_plan"])
+
+
+def metrics_row(result) -> dict:
+    """One flat row (ms, tokens/s) of a :class:`~simcore.serving.ServingResult`."""
+    row = {"plan": result.plan.describe(), "mode": result.plan.mode, "gpus": result.plan.gpus,
+           "feasible": result.feasible, "reason": result.reason}
+    m = result.metrics
+    if m is not None:
+        row |= {"ttft_ms": m.ttft_s["mean"] * 1e3, "ttft_p90_ms": m.ttft_s["p90"] * 1e3,
+                "tpot_ms": m.tpot_s["mean"] * 1e3, "tpot_p90_ms": m.tpot_s["p90"] * 1e3,
+                "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+                "tokens_per_s_per_user": m.tokens_per_s_per_user, "requests_per_s": m.requests_per_s,
+                "goodput": m.goodput, "goodput_tokens_per_s_per_gpu": m.goodput_tokens_per_s_per_gpu}
+    return row
+
+
+def _table(title: str, result, scfg):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("metric", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    m = result.metrics
+    for name, stats in (("TTFT (ms)", m.ttft_s), ("TPOT (ms)", m.tpot_s), ("ITL (ms)", m.itl_s),
+                        ("E2E (ms)", m.e2e_s)):
+        table.add_row(name, *(f"{stats[q] * 1e3:,.1f}" for q in ("mean", "p50", "p90", "p99")))
+    for name, value in (("output tokens/s/GPU", m.output_tokens_per_s_per_gpu),
+                        ("tokens/s/user", m.tokens_per_s_per_user), ("requests/s", m.requests_per_s),
+                        ("goodput (share meeting SLOs)", m.goodput),
+                        ("goodput tokens/s/GPU", m.goodput_tokens_per_s_per_gpu)):
+        table.add_row(name, f"{value:,.3f}" if value < 10 else f"{value:,.1f}", "", "", "")
+    return table
+
+
+def run_serving_sim(cfg) -> dict:
+    """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
+    from simcore.apps.common import atomic_write_json, console, run_dir
+    from simcore.config import build_graph
+    from simcore.serving import simulate_serving
+
+    scfg = build_serving_config(cfg.serving)
+    plan = load_serving_plan(cfg.plan, cfg.model.name) if cfg.plan else plan_from_config(cfg.serving.plan)
+    ctx = build_serving_context(cfg)
+    if plan.gpus > ctx.cluster.num_gpus:
+        raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
+                        f"{ctx.cluster.num_gpus}")
+    graph = build_graph(cfg.topology, cfg.hardware) if cfg.serving.network else None
+    result = simulate_serving(ctx, plan, scfg, graph=graph)
+    con = console()
+    load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else \
+        (f"{scfg.rate:g} req/s" if scfg.arrival == "poisson" else f"trace {Path(scfg.trace).name}")
+    title = (f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
+             f"{scfg.runtime}, {load}, ISL {cfg.serving.isl} OSL {cfg.serving.osl}: {plan.describe()}")
+    slo = {"ttft_ms": cfg.serving.ttft_slo_ms, "tpot_ms": cfg.serving.tpot_slo_ms}
+    if result.feasible:
+        con.print(_table(title, result, scfg))
+        m = result.metrics
+        misses = [f"{k[:-3].upper()} {v:,.1f} ms > {slo[k]:g} ms" for k, v in
+                  (("ttft_ms", m.ttft_s["mean"] * 1e3), ("tpot_ms", m.tpot_s["mean"] * 1e3))
+                  if slo[k] is not None and v > slo[k]]
+        con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
+    else:
+        con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
+    out = run_dir()
+    payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus,
+               "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate,
+                           "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
+                           "osl": cfg.serving.osl, "slo": slo},
+               "result": result.to_dict()}
+    atomic_write_json(out / "result.json", payload)
+    con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote result.json into run dir: {out}")
+    return payload
