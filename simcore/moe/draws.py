@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import ndtr
+from scipy.stats import binom
 
 from .placement import place_experts
 from .routing import RoutingConfig, _layer_rng, layer_popularity, load_expert_loads
@@ -97,8 +98,9 @@ def expected_max_load(cfg: RoutingConfig, num_experts: int, ep: int, token_copie
                       redundant: int = 0) -> float:
     """Expected load of the busiest of ``ep`` ranks (over the mean) when ``token_copies`` copies in
     all are routed under ``cfg``: averaged over layer popularities (:data:`EXPECTATION_LAYERS`), and
-    under ``sampled`` routing over the multinomial too (each rank's count as a normal variable:
-    ``E[max] = integral of 1 - prod_j F_j(x)``; copies of different ranks taken as independent)."""
+    under ``sampled`` routing over the multinomial too (each rank's count binomial, summed exactly,
+    or normal for large counts: ``E[max] = integral of 1 - prod_j F_j(x)``; the counts of different
+    ranks taken as independent)."""
     if ep <= 1 or num_experts == 0 or ep > num_experts:  # ep > E: no placement (an invalid strategy)
         return 1.0
     if cfg.is_uniform and redundant == 0 and num_experts % ep == 0:
@@ -146,14 +148,21 @@ def _rank_shares(cfg: RoutingConfig, num_experts: int, ep: int, redundant: int) 
 _SHARES: dict[tuple, np.ndarray] = {}
 
 
-def _sampled_max(shares: np.ndarray, copies: float, points: int = 512) -> float:
-    """Mean over layers of E[max_j X_j] / (copies / ep), X_j ~ Normal(n s_j, n s_j (1 - s_j))."""
+def _sampled_max(shares: np.ndarray, copies: float, points: int = 512, exact_below: int = 4096) -> float:
+    """Mean over layers of E[max_j X_j] / (copies / ep) with X_j ~ Binomial(n, s_j): summed exactly
+    over the integers (``E[max] = sum_x P(max > x)``) while the counts stay below ``exact_below``,
+    else with each X_j as Normal(n s_j, n s_j (1 - s_j)) on a grid of ``points``."""
     if copies <= 0:
         return 1.0
     ep = shares.shape[1]
     mu = copies * shares
     sd = np.sqrt(np.maximum(copies * shares * (1.0 - shares), 1e-12))
     hi = float((mu + 8.0 * sd).max())
+    if hi < exact_below and hi * shares.size < 2e6:  # exact sums while they stay cheap
+        n = int(round(copies))
+        x = np.arange(int(np.ceil(hi)) + 1)
+        cdf = binom.cdf(x[None, None, :], n, np.clip(shares, 0.0, 1.0)[:, :, None]).prod(axis=1)
+        return float((1.0 - cdf).sum(axis=1).mean() / (n / ep))
     x = np.linspace(0.0, hi, points)
     cdf = ndtr((x[None, None, :] - mu[:, :, None]) / sd[:, :, None]).prod(axis=1)  # [layers, points]
     tail = 1.0 - cdf
