@@ -24,6 +24,7 @@ from .pricing import group_shape, idle_cost_s, packed_shape
 __all__ = ["LaneExecutor", "LaneComm", "all_groups", "contention_flags"]
 
 _KINDS = ("tp", "ep", "pp")
+_LATE = 3  # after simpy's URGENT (0) and NORMAL (1) events and the network's rate solves (2)
 
 
 class LaneComm:
@@ -87,6 +88,8 @@ class LaneComm:
         done = [self._arrive(gid, lane, op, microbatch, step) for gid in self.lane_groups.get((lane, op.group), [])]
         if done:
             yield env.all_of(done)
+            return min(ev.value for ev in done)  # when the first of its collectives launched
+        return None
 
     def _arrive(self, gid: int, lane: int, op, microbatch: int, step: int) -> simpy.Event:
         key = (gid, op.name, op.layer, microbatch, step)
@@ -119,14 +122,24 @@ class LaneComm:
         # a lane standing for several GPUs holds, per GPU, the SMs of the collectives its GPUs run
         sms = self.kernel_sms_of(gid, op) if self.executor is not None and self.num_sms else 0
         held = {lane: sms * share for lane, share in self.sm_share[gid].items()} if sms else {}
+        start = self.env.now
         for lane, n in held.items():
             self.executor._hold_sms(lane, n)
         yield from self._collective(gid, op, step)
         for lane, n in held.items():
             self.executor._hold_sms(lane, -n)
         self._busy -= self.takers[gid]
-        done.succeed(self.env.now)
-        self._dispatch()
+        done.succeed(start)
+        self._dispatch_late()
+
+    def _dispatch_late(self) -> None:
+        """Grant freed streams after every other event of this instant, as a SimPy stream grants a
+        released slot (its Release event) after the holder has issued its next request: a microbatch
+        with two collectives in a row keeps its priority over one that was already waiting."""
+        event = simpy.Event(self.env)
+        event._ok, event._value = True, None  # already triggered, like simpy.Timeout; processed late
+        event.callbacks.append(lambda _e: self._dispatch())
+        self.env.schedule(event, _LATE)
 
     def _collective(self, gid: int, op, step: int):
         kind, ranks = self.groups[gid]
@@ -242,9 +255,10 @@ class LaneExecutor(Executor):
                 branch = None
 
     def _comm(self, stage: int, op, microbatch: int, step: int):
-        start = self.env.now
-        yield from self.comm.run(self.env, stage, op, microbatch, step)
-        self._log(stage, "comm", op, microbatch, step, start, self.env.now)
+        """The op on the communication stream from its launch (not its arrival) to its end."""
+        arrived = self.env.now
+        launched = yield from self.comm.run(self.env, stage, op, microbatch, step)
+        self._log(stage, "comm", op, microbatch, step, arrived if launched is None else launched, self.env.now)
 
     def _pass(self, lane: int, microbatch: int, step: int, ready, plan):
         yield ready
