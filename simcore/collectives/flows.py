@@ -321,6 +321,7 @@ def _execute(env: simpy.Environment, network, program: Program, tag):
 
 # Compiled programs per network (a decode step repeats the same collectives many times).
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CHANNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # kernel channels of entries not compiled
 
 
 def run_collective(env: simpy.Environment, network, collective: str, size_bytes: float, ranks: list[str],
@@ -351,11 +352,21 @@ def collective_channels(network, collective: str, size_bytes: float, ranks: list
     """CTAs (SMs) per GPU the kernel of this collective holds while it runs (0 when it moves nothing):
     :func:`~simcore.collectives.pipeline.kernel_channels` of the entry :func:`run_collective` runs."""
     key = (collective, float(size_bytes), tuple(ranks), algorithm, protocol, constants, fabric)
-    cache = _PROGRAMS.setdefault(network, {})
-    if key not in cache:
-        cache[key] = _program(network, collective, float(size_bytes), list(ranks), algorithm, protocol,
-                              constants, fabric)
-    return cache[key][2]
+    compiled = _PROGRAMS.get(network, {}).get(key)
+    if compiled is not None:
+        return compiled[2]
+    cache = _CHANNELS.setdefault(network, {})
+    if key not in cache:  # the entry only, without building its flows
+        graph = network.graph
+        fab = Fabric.from_topology(graph) if fabric is None else fabric
+        plan = _Plan(graph, _domains(graph, list(ranks)), list(ranks))
+        if plan.n <= 1 or size_bytes <= 0:
+            cache[key] = 0
+        else:
+            algo = resolve(collective, make_shape(float(size_bytes), plan.n, plan.p, fab), fab, algorithm,
+                           protocol, constants)[0]
+            cache[key] = kernel_channels(algo, plan.p, constants)
+    return cache[key]
 
 
 def _program(network, collective: str, size: float, ranks: list[str], algorithm: str, protocol: str,

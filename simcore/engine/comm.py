@@ -66,9 +66,12 @@ class FlowComm:
         (:func:`~simcore.collectives.flows.collective_channels`), 0 for an op that moves nothing."""
         if op.size_bytes <= 0:
             return 0
-        ranks = self.groups(op.group, stage)[0]
-        return collective_channels(self.network, op.collective, op.size_bytes, ranks, fabric=self.fabric,
-                                   **self.kwargs)
+        key = ("sms", stage, op.group, op.collective, op.size_bytes)
+        if key not in self._groups:  # memoized: asked at every collective start
+            ranks = self.groups(op.group, stage)[0]
+            self._groups[key] = collective_channels(self.network, op.collective, op.size_bytes, ranks,
+                                                    fabric=self.fabric, **self.kwargs)
+        return self._groups[key]
 
     def groups(self, group: str, stage: int) -> list[list[str]]:
         """The communicators to put on the network. Identical concurrent groups whose traffic can

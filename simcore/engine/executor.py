@@ -109,7 +109,7 @@ class Executor:
         self._num_sms = int(getattr(comm, "num_sms", 0) or 0)
         self._kernel_sms = getattr(comm, "kernel_sms", None) if self._num_sms > 0 else None
         self._held: dict[int, int] = {}  # SMs held by NCCL kernels per stage
-        self._sm_changed: dict[int, simpy.Event] = {}
+        self._running: dict[int, list] = {}  # the kernels running per stage (see _retime)
 
     def _log(self, stage, stream, op: Op, microbatch, step, start, end) -> None:
         self.intervals.append(Interval(stage, stream, op.name, op.op, op.layer, microbatch, step, start, end))
@@ -133,24 +133,42 @@ class Executor:
 
     def _hold_sms(self, stage: int, sms: int) -> None:
         self._held[stage] = self._held.get(stage, 0) + sms
-        event = self._sm_changed.pop(stage, None)
-        if event is not None:
-            event.succeed()
+        running = self._running.get(stage)
+        if running is not None:  # the kernels in flight change speed now
+            self._retime(stage, running)
+
+    def _rate(self, stage: int) -> float:
+        return 1.0 - min(self._held.get(stage, 0), self._num_sms - 1) / self._num_sms
+
+    def _retime(self, stage: int, running: list) -> None:
+        """``running`` = [work left, rate, since, version, done event]: bank the work done at the old rate
+        and re-arm the finish at the new one; a superseded timer fires as a no-op (version)."""
+        now = self.env.now
+        running[0] -= (now - running[2]) * running[1]
+        running[1], running[2], running[3] = self._rate(stage), now, running[3] + 1
+        version, done = running[3], running[4]
+
+        def fire(_event, version=version):
+            if running[3] == version and not done.triggered:
+                done.succeed()
+        self.env.timeout(max(running[0], 0.0) / running[1]).callbacks.append(fire)
 
     def _work(self, stage: int, work: float, done: list[float]):
         """``work`` seconds of kernels (at all SMs) at the fraction of SMs NCCL kernels leave; ``done[0]``
-        is the work finished so far, kept current when an interrupt (preemption) ends it early."""
-        while True:
-            rate = 1.0 - min(self._held.get(stage, 0), self._num_sms - 1) / self._num_sms
-            changed = self._sm_changed.get(stage) or self._sm_changed.setdefault(stage, self.env.event())
-            timer, t0, left = self.env.timeout((work - done[0]) / rate), self.env.now, work - done[0]
-            try:
-                yield timer | changed
-            finally:
-                done[0] += min((self.env.now - t0) * rate, left)
-            if timer.processed or done[0] >= work * (1.0 - 1e-12):
-                done[0] = work
-                return
+        is the work finished, kept current when an interrupt (preemption) ends it early. Performance:
+        one event and one timeout per kernel run, one more timeout per collective start or end."""
+        running = self._running[stage] = [work, self._rate(stage), self.env.now, 0, self.env.event()]
+        self._retime(stage, running)
+        try:
+            yield running[4]
+            done[0] = work
+        except simpy.Interrupt:
+            done[0] = min(work, work - running[0] + (self.env.now - running[2]) * running[1])
+            raise
+        finally:
+            running[3] = -1  # disarm
+            if self._running.get(stage) is running:
+                del self._running[stage]
 
     def _compute(self, stage: int, ops: list[Op], microbatch: int, step: int):
         """Kernels back to back; with overlap on, preemptible between (and within) kernels."""
