@@ -62,7 +62,7 @@ def run_method(name: str, ev: ServingEvaluator, cfg: SimpleNamespace, seed: int,
             raise ValueError(f"planner=exact: the space holds {size} plans, above serving.search.exact_limit="
                              f"{exact_limit}; narrow serving.search.* or raise the limit")
         ev.budget = size
-        ev.max_proposals = max(ev.max_proposals, size)
+        ev.max_proposals = max(ev.max_proposals, 2 * size + 1)  # the warm start proposes some twice
         ev.warm_start()
         ev.evaluate_actions(ev.actions.enumerate())
         return {"space_size": size}
