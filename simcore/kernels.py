@@ -55,15 +55,18 @@ def gemm_flops(m: ArrayLike, n: ArrayLike, k: ArrayLike, count: ArrayLike = 1) -
     return _out(2.0 * m * n * k * count)
 
 
-def gemm_bytes(m: ArrayLike, n: ArrayLike, k: ArrayLike, precision: str, count: ArrayLike = 1) -> np.ndarray:
+def gemm_bytes(m: ArrayLike, n: ArrayLike, k: ArrayLike, precision: str, count: ArrayLike = 1,
+               weight_bytes: float | None = None) -> np.ndarray:
     """HBM bytes of ``count`` GEMMs: weights ``k n`` and input ``m k`` at ``precision``, BF16 output ``m n``.
 
     Each operand is read from HBM once (an ideal tile order in which L2 catches the re-reads).
+    ``weight_bytes`` overrides the bytes per weight element (weight-only quantized experts).
     """
     _check_precision(precision)
     _, (m, n, k, count) = _floats(m, n, k, count)
     elem = PRECISION_BYTES[precision]
-    return _out(count * (k * n * elem + m * k * elem + m * n * _ACTIVATION_OUT_BYTES))
+    w_elem = elem if weight_bytes is None else float(weight_bytes)
+    return _out(count * (k * n * w_elem + m * k * elem + m * n * _ACTIVATION_OUT_BYTES))
 
 
 def _gemm_compute_s(xp, m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.ndarray,
@@ -82,7 +85,7 @@ def _gemm_compute_s(xp, m: np.ndarray, n: np.ndarray, k: np.ndarray, count: np.n
 
 
 def gemm_time_s(m: ArrayLike, n: ArrayLike, k: ArrayLike, gpu: GpuSpec, precision: str,
-                count: ArrayLike = 1) -> np.ndarray:
+                count: ArrayLike = 1, weight_bytes: float | None = None) -> np.ndarray:
     """Time in s of ``count`` independent GEMMs (m x k) @ (k x n) run as one (grouped) kernel.
 
     ``max(compute_s, bytes / (hbm * hbm_efficiency)) + kernel_overhead_s`` with ``bytes`` from
@@ -105,7 +108,8 @@ def gemm_time_s(m: ArrayLike, n: ArrayLike, k: ArrayLike, gpu: GpuSpec, precisio
     _check_precision(precision)
     xp, (m, n, k, count) = _floats(m, n, k, count)
     compute_s = _gemm_compute_s(xp, m, n, k, count, gpu, precision)
-    memory_s = gemm_bytes(m, n, k, precision, count) / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    memory_s = gemm_bytes(m, n, k, precision, count, weight_bytes) / (gpu.hbm_bandwidth_bytes_per_s
+                                                                      * gpu.hbm_efficiency)
     return _out(xp.maximum(compute_s, float(memory_s) if xp is not np else memory_s) + gpu.kernel_overhead_s)
 
 

@@ -149,6 +149,7 @@ class _Lowerer:
         self.seqs = v.batch / (v.ep * v.microbatches)  # sequences per attention group per microbatch
         self.tokens = self.seqs * (ctx.workload.input_len if phase == "prefill" else 1)
         self.act = ctx.workload.activation_bytes
+        self.prefill_chunk: tuple[float, float] | None = None  # (new tokens, cached prior) of a chunk
         domain = ctx.cluster.nvlink_domain_size
         self.rpd = {"tp": group_ranks_per_domain(v.tp, 1, domain),
                     "ep": group_ranks_per_domain(v.ep, v.tp, domain),
@@ -179,7 +180,8 @@ class _Lowerer:
         m = self.xp.where(c == REPLICATED, per_expert / self.t, per_expert)
         k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
         n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
-        time = gemm_time_s(m, n, k, self.gpu, self.w.precision, count=active)
+        time = gemm_time_s(m, n, k, self.gpu, self.w.precision, count=active,
+                           weight_bytes=self.w.expert_weight_bytes)
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
 
     def _attention(self) -> Task:
@@ -197,10 +199,11 @@ class _Lowerer:
                 c == 1, kv_heads_shard / self.t, 1.0)
             passes = 1.0 + self.xp.maximum(group - 1.0, 0.0) * self.w.decode_kv_reread
             bytes_seq = span * kv_layer * passes + heads * (d_qk + d_v) * self.act
-        else:
-            s_len = float(self.w.input_len)
-            flops_seq = 2.0 * self.m.prefill_attention_pairs(s_len) * heads * (d_qk + d_v)
-            bytes_seq = s_len * (kv_layer + 2.0 * heads * (d_qk + d_v) * self.act)
+        else:  # a whole prompt, or a chunk of new tokens after `prior` cached ones (chunked prefill)
+            new, prior = self.prefill_chunk or (float(self.w.input_len), 0.0)
+            pairs = self.m.prefill_attention_pairs(prior + new) - (self.m.prefill_attention_pairs(prior) if prior else 0.0)
+            flops_seq = 2.0 * pairs * heads * (d_qk + d_v)
+            bytes_seq = (prior + new) * kv_layer + new * 2.0 * heads * (d_qk + d_v) * self.act
         seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
         flops = flops_seq * seqs_local / self.xp.where(c == 1, self.t, 1.0)
         kv_div = self.xp.where(c == 1, kv_heads_shard, 1.0)

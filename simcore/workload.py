@@ -32,6 +32,9 @@ class Workload:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     activation_bytes: float = 2.0  # bf16 activations between kernels
+    #: Bytes per routed-expert weight when experts are quantized below ``precision`` (weight-only
+    #: 4-bit experts: gpt-oss MXFP4, Kimi-K2 INT4 = 0.5); ``None``: experts at ``precision``.
+    expert_weight_bytes: float | None = None
     #: Decode attention kernel generation: the fraction of a KV head's bytes each further query head
     #: of its group re-reads from HBM. 0: today's kernels (FlashInfer, FlashAttention, TensorRT-LLM
     #: XQA) load each KV head once for its whole group; > 0: a masked-MHA kernel with one thread
@@ -49,6 +52,9 @@ class Workload:
             raise ValueError(f"workload.output_len must be a positive integer, got {self.output_len!r}")
         if not 0.0 <= self.decode_kv_reread <= 1.0:
             raise ValueError(f"workload.decode_kv_reread must be in [0, 1], got {self.decode_kv_reread!r}")
+        if self.expert_weight_bytes is not None and not 0 < self.expert_weight_bytes <= self.weight_bytes:
+            raise ValueError(f"workload.expert_weight_bytes must be in (0, {self.weight_bytes}], "
+                             f"got {self.expert_weight_bytes!r}")
         for name in ("ttft_slo_s", "tpot_slo_s"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
@@ -57,6 +63,11 @@ class Workload:
     @property
     def weight_bytes(self) -> float:
         return PRECISION_BYTES[self.precision]
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes per routed-expert weight element."""
+        return self.weight_bytes if self.expert_weight_bytes is None else float(self.expert_weight_bytes)
 
     @property
     def kv_bytes(self) -> float:

@@ -54,7 +54,7 @@ def test_step_cost_memo_equals_lowering():
     s = megatron_strategy(tp=4, batch=16)
     cost = StepCost(ctx, s)
     contexts = [1000 + 7 * i for i in range(16)]
-    times, _, tokens = cost.stage_times([GroupBatch([], contexts, 16)])
+    times, _, tokens, _ = cost.stage_times([GroupBatch.of([], contexts, 16)])
     assert tokens == 16
     w = Workload(precision="fp8", input_len=int(sum(contexts) / 16))
     ref_ctx = CostContext(ctx.model, w, ctx.cluster)
@@ -66,7 +66,7 @@ def test_step_cost_memo_equals_lowering():
     assert sum(times) == pytest.approx(ref, rel=1e-9)
     # memoized: the same token count again runs no lowering
     before = cost.lowerings
-    cost.stage_times([GroupBatch([], [c + 1 for c in contexts], 16)])
+    cost.stage_times([GroupBatch.of([], [c + 1 for c in contexts], 16)])
     assert cost.lowerings == before
 
 
@@ -79,10 +79,24 @@ def test_single_request_latency_is_hand_computable():
                         output_len=LengthDist(mean=4))
     r = simulate_serving(ctx, plan, cfg)
     cost = StepCost(ctx, plan.pool.strategy)
-    prefill = sum(cost.stage_times([GroupBatch([(512, 0)], [], 1)])[0])
-    decodes = [sum(cost.stage_times([GroupBatch([], [513 + i], 1)])[0]) for i in range(3)]
+    prefill = sum(cost.gpu_times([GroupBatch.of([(512, 0)], [], 1)], rt))
+    decodes = [sum(cost.gpu_times([GroupBatch.of([], [513 + i], 1)], rt)) for i in range(3)]
     assert r.metrics.ttft_s["mean"] == pytest.approx(rt.step_host_s + prefill, rel=1e-9)
     assert r.metrics.tpot_s["mean"] == pytest.approx(sum(decodes) / 3 + rt.step_host_s, rel=1e-9)
+
+
+def test_graph_replay_saves_each_kernels_launch_cost():
+    ctx = _ctx()
+    cost = StepCost(ctx, megatron_strategy(tp=2))
+    batch = [GroupBatch.of([], [800] * 8, 8)]
+    times, _, _, compute = cost.stage_times(batch)
+    rt = get_runtime("vllm")
+    graph = cost.gpu_times(batch, rt)
+    saved = compute[0] * (ctx.cluster.gpu.kernel_overhead_s - rt.graph_kernel_s)
+    assert compute[0] >= 6 * ctx.model.num_layers  # qkv, attention, out_proj, 2 norms, 2 FFN GEMMs a layer
+    assert graph[0] == pytest.approx(times[0] - saved, rel=1e-12)
+    eager = cost.gpu_times(batch, rt.with_overrides(graph_max_tokens=0))
+    assert eager[0] >= times[0]
 
 
 def test_more_load_more_latency_and_throughput():

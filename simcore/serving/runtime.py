@@ -14,6 +14,11 @@ A profile holds few physical numbers, each with its source:
   the kernels are shorter. vLLM v1 captures piecewise graphs up to 512 tokens
   (``max_capture_size`` 512); SGLang ``cuda_graph_max_bs`` (up to 512 on H200-class GPUs, decode only);
   TensorRT-LLM captures its configured batch sizes (decode only).
+- ``graph_kernel_s``: the fixed time of one kernel inside a replayed CUDA graph (no launch, only
+  ramp-up and tail), where an isolated kernel costs ``GpuSpec.kernel_overhead_s`` (5.6 us, fitted on
+  kernel timings taken one launch at a time). Graph replay removes the CPU launch and driver work,
+  leaving ~1-2 us between dependent kernels (NVIDIA, "Getting Started with CUDA Graphs"); fitted with
+  ``step_host_s`` by ``python -m validation.fit_serving``.
 - ``mixed_batches``: prefill chunks and decodes share a step (vLLM v1 chunked prefill, TensorRT-LLM
   in-flight batching); SGLang's default runs prefill and decode in separate steps
   (``--enable-mixed-chunk`` off), prefill first.
@@ -59,12 +64,13 @@ class RuntimeProfile:
     kv_block_tokens: int
     mem_fraction: float
     launch_s: float = EAGER_LAUNCH_S
+    graph_kernel_s: float = 2.0e-6
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-        if self.step_host_s < 0 or self.launch_s < 0:
-            raise ServingInputError(f"runtime {self.name}: step_host_s and launch_s must be >= 0")
+        if self.step_host_s < 0 or self.launch_s < 0 or self.graph_kernel_s < 0:
+            raise ServingInputError(f"runtime {self.name}: step_host_s, launch_s and graph_kernel_s must be >= 0")
         if not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
         for f in ("graph_max_tokens", "max_num_batched_tokens", "kv_block_tokens"):

@@ -2,7 +2,8 @@
 
 Arrivals (:class:`ServingConfig`): ``closed`` (``concurrency`` clients, each sending its next request
 the moment one completes, as ``vllm bench serve --max-concurrency``, SGLang's ``bench_serving`` and
-genai-perf do), ``poisson`` at ``rate`` requests/s, or a ``trace`` CSV (``arrival_s,input_len,output_len``).
+genai-perf do; all at once, or with ``stagger`` spread over one unloaded request's duration, the state a
+benchmark's warm-up leaves them in: with fixed lengths, clients that start together stay in lock-step), ``poisson`` at ``rate`` requests/s, or a ``trace`` CSV (``arrival_s,input_len,output_len``).
 A router sends each request to the worker with the fewest outstanding requests.
 
 Disaggregated plans: a prefill worker computes the prompt and emits the first token, then the prompt's
@@ -26,7 +27,7 @@ from .metrics import ServingMetrics, summarize
 from .plan import ServingPlan
 from .requests import LengthDist, Request, ServingInputError, read_trace
 from .runtime import RuntimeProfile, get_runtime
-from .step_cost import StepCost
+from .step_cost import GroupBatch, StepCost
 from .worker import PlanInfeasible, Worker
 
 __all__ = ["ServingConfig", "ServingResult", "simulate_serving", "ARRIVALS"]
@@ -49,6 +50,8 @@ class ServingConfig:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     seed: int = 0
+    warmup: int = 0  # the first requests sent, simulated but left out of the metrics (the opening burst)
+    stagger: bool = False  # closed loop: clients start spread over one unloaded request's duration
 
     def __post_init__(self) -> None:
         if self.arrival not in ARRIVALS:
@@ -59,6 +62,8 @@ class ServingConfig:
             raise ServingInputError(f"serving.rate must be positive for poisson arrivals, got {self.rate!r}")
         if self.arrival == "trace" and not self.trace:
             raise ServingInputError("serving.trace: a trace CSV path is required for trace arrivals")
+        if not 0 <= self.warmup < self.num_requests:
+            raise ServingInputError(f"serving.warmup must be in [0, num_requests), got {self.warmup!r}")
         if self.num_requests < 1:
             raise ServingInputError(f"serving.num_requests must be positive, got {self.num_requests!r}")
         for name in ("ttft_slo_s", "tpot_slo_s"):
@@ -157,6 +162,14 @@ class _Cluster:
         dst.submit(req)
 
 
+def _unloaded_s(cluster: _Cluster, req: Request) -> float:
+    """End-to-end time of ``req`` alone on the first pool: its prefill, then one decode step per token."""
+    cost = cluster.costs[0]
+    prefill = sum(cost.stage_times([GroupBatch.of([(req.input_len, 0)], [], 1)])[0])
+    decode = sum(cost.stage_times([GroupBatch.of([], [req.input_len + req.output_len // 2], 1)])[0])
+    return prefill + (req.output_len - 1) * decode
+
+
 def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, graph=None,
                      runtime: RuntimeProfile | None = None, fast: bool = True) -> ServingResult:
     """Serve ``cfg.num_requests`` requests with ``plan``; ``graph`` (a topology) makes KV hand-offs flows.
@@ -199,8 +212,16 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
                 yield env.timeout(req.arrival_s - env.now)
             cluster.route(req)
 
+    def staggered(spacing: float):
+        for client in range(min(cfg.concurrency, len(reqs))):
+            if client:
+                yield env.timeout(spacing)
+            _send(next(pending), client)
+
     try:
-        if cfg.arrival == "closed":
+        if cfg.arrival == "closed" and cfg.stagger:
+            env.process(staggered(_unloaded_s(cluster, reqs[0]) / cfg.concurrency))
+        elif cfg.arrival == "closed":
             for client in range(min(cfg.concurrency, len(reqs))):
                 _send(next(pending), client)
         else:
@@ -215,7 +236,8 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
         return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
     workers = [w for ws in cluster.pools.values() for w in ws]
     preempt = sum(g.preemptions for w in workers for g in w.groups)
-    metrics = summarize(done, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
+    measured = [r for r in done if r.rid >= cfg.warmup]
+    metrics = summarize(measured, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
     return ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
                          lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
                          wall_s=time.perf_counter() - start)

@@ -5,7 +5,7 @@ prompts being prefilled and one token of each decoding sequence. Everything but 
 on how many tokens pass through the GEMMs and how many sequences sample a token, so those tasks come
 from the one lowering (:mod:`simcore.lowering`, the proxy's and the simulator's) and are memoized on
 ``(tokens, sampled)``; attention depends on each sequence's context and is priced per step with the
-same kernel model (:func:`simcore.kernels.attention_time_s`). The memo is exact (a test compares it
+same attention task of the lowering, per prompt chunk and for the decodes. The memo is exact (a test compares it
 with a fresh lowering of the same batch): nothing is interpolated.
 
 With data-parallel attention (``ep`` attention groups, as SGLang's DP attention and DeepSeek's
@@ -19,10 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import attention_time_s
-from ..lowering import CostContext, StrategyArrays, Task, _Lowerer, attention_dims
+from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
 from ..memory import stage_layers
-from ..opgraph import DIM0, DIM1
 from ..strategy import Strategy
 
 __all__ = ["GroupBatch", "StepCost"]
@@ -32,18 +30,24 @@ __all__ = ["GroupBatch", "StepCost"]
 class GroupBatch:
     """What one attention group runs in a step.
 
-    ``chunks``: ``(new_tokens, prior_context)`` of each prompt chunk; ``decode_contexts``: the
-    context of each decoding sequence (tokens it attends to, its new one included); ``sampled``:
-    sequences that sample a token this step (decodes plus prompts whose last chunk this is).
+    ``chunks``: ``(new_tokens, prior_context)`` of each prompt chunk; ``decode_seqs`` decoding
+    sequences whose contexts (tokens each attends to, its new one included) sum to
+    ``decode_context_sum``; ``sampled``: sequences that sample a token this step (decodes plus prompts
+    whose last chunk this is). Attention is linear in each context, so the sum is all it needs.
     """
 
     chunks: list[tuple[int, int]]
-    decode_contexts: list[int]
+    decode_seqs: int
+    decode_context_sum: float
     sampled: int
+
+    @classmethod
+    def of(cls, chunks: list[tuple[int, int]], decode_contexts: list[int], sampled: int) -> GroupBatch:
+        return cls(chunks, len(decode_contexts), float(sum(decode_contexts)), sampled)
 
     @property
     def tokens(self) -> int:
-        return sum(c for c, _ in self.chunks) + len(self.decode_contexts)
+        return sum(c for c, _ in self.chunks) + self.decode_seqs
 
 
 class _NoAttention(_Lowerer):
@@ -65,26 +69,21 @@ class StepCost:
         self.model, self.gpu, self.w = ctx.model, ctx.cluster.gpu, ctx.workload
         dense, moe, _ = stage_layers(self.model, np.array([strategy.pp]))
         self.dense_layers, self.moe_layers = dense[0].tolist(), moe[0].tolist()
-        self._memo: dict[tuple[int, int], tuple[list[float], int]] = {}
+        self._memo: dict[tuple[int, int], tuple[list[float], int, list[int]]] = {}
         self.lowerings = 0  # how many times the lowering actually ran (the memo's misses)
-        tp = strategy.tp
-        choice = strategy.choice("attention")
-        self._flop_div = tp if choice == DIM1 else 1.0
-        kv_shard = 1.0 if self.model.is_mla else min(tp, self.model.num_kv_heads)
-        self._byte_div = kv_shard if choice == DIM1 else 1.0
-        self._seq_split = tp if choice == DIM0 else 1.0  # sequences split across the TP ranks
-        self._kv_layer = self.model.kv_cache_elements_per_token() / self.model.num_layers * self.w.kv_bytes
+        one = StrategyArrays.from_strategies([strategy.replace(dp=1, batch=strategy.ep, microbatches=1)])
+        self._arrays = one
+        self._attn = _Lowerer(ctx, one, "decode", ctx.workload.input_len)
 
     # ------------------------------------------------------------------ everything but attention
-    def _lowered(self, tokens: int, sampled: int) -> tuple[list[float], int]:
+    def _lowered(self, tokens: int, sampled: int) -> tuple[list[float], int, list[int]]:
         key = (tokens, sampled)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         self.lowerings += 1
         s = self.strategy
-        arrays = StrategyArrays.from_strategies([s.replace(dp=1, batch=s.ep, microbatches=1)])
-        low = _NoAttention(self.ctx, arrays, "prefill", self.w.input_len)
+        low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len)
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
         blocks = {"first": low.first(), "last": low.last(), "p2p": low.p2p()}
         if self.model.num_dense_layers:
@@ -95,55 +94,66 @@ class StepCost:
         def total(tasks):  # the per-pass host task is the runtime profile's business here
             return sum(float(t.time_s) * t.count for t in tasks if t.kind != "host")
 
-        def kernels(tasks):
-            return sum(t.count for t in tasks if t.kind != "host" and float(t.time_s) > 0)
+        def kernels(tasks, compute_only=False):
+            return sum(t.count for t in tasks if t.kind != "host" and float(t.time_s) > 0
+                       and not (compute_only and t.is_comm))
 
-        times, launches = [], 0
+        times, launches, compute = [], 0, []
         for p in range(s.pp):
-            t = self.dense_layers[p] * total(blocks.get("dense_layer", [])) + \
-                self.moe_layers[p] * total(blocks.get("moe_layer", []))
-            launches += self.dense_layers[p] * kernels(blocks.get("dense_layer", [])) + \
-                self.moe_layers[p] * kernels(blocks.get("moe_layer", []))
+            layers = [(self.dense_layers[p], blocks.get("dense_layer", [])),
+                      (self.moe_layers[p], blocks.get("moe_layer", []))]
             edge = (blocks["first"] if p == 0 else []) + (blocks["last"] if p == s.pp - 1 else blocks["p2p"])
-            times.append(t + total(edge))
-            launches += kernels(edge)
-        self._memo[key] = (times, launches)
-        return times, launches
+            times.append(sum(n * total(b) for n, b in layers) + total(edge))
+            launches += sum(n * kernels(b) for n, b in layers) + kernels(edge)
+            compute.append(sum(n * kernels(b, True) for n, b in layers) + kernels(edge, True))
+        self._memo[key] = (times, launches, compute)
+        return times, launches, compute
 
     # ------------------------------------------------------------------ attention
     def attention_s(self, group: GroupBatch) -> float:
-        """One layer's attention kernels for one group: a prefill kernel and a decode kernel."""
-        m, act = self.model, self.w.activation_bytes
-        heads = m.num_heads
+        """One layer's attention for one group: the lowering's attention kernel, once per prompt chunk
+        (``new`` tokens after ``prior`` cached ones) and once for the decodes at their mean context
+        (exact where attention is linear in context, i.e. up to sliding windows)."""
+        low = self._attn
         time = 0.0
-        if group.chunks:
-            d_qk, d_v = attention_dims(m, "prefill")
-            pairs = sum(c * (p + c / 2.0) for c, p in group.chunks)  # causal (query, key) pairs
-            kv_tokens = sum(p + c for c, p in group.chunks)
-            new = sum(c for c, _ in group.chunks)
-            flops = 2.0 * pairs * heads * (d_qk + d_v)
-            nbytes = kv_tokens * self._kv_layer + new * 2.0 * heads * (d_qk + d_v) * act
-            time += float(attention_time_s(flops / self._flop_div / self._seq_split,
-                                           nbytes / self._byte_div / self._seq_split, self.gpu, self.w.precision))
-        if group.decode_contexts:
-            d_qk, d_v = attention_dims(m, "decode")
-            ctx_sum = float(sum(group.decode_contexts))
-            n = len(group.decode_contexts)
-            flops = 2.0 * ctx_sum * heads * (d_qk + d_v)
-            nbytes = ctx_sum * self._kv_layer + n * heads * (d_qk + d_v) * act
-            time += float(attention_time_s(flops / self._flop_div / self._seq_split,
-                                           nbytes / self._byte_div / self._seq_split, self.gpu, self.w.precision))
+        for new, prior in group.chunks:
+            low.phase, low.seqs, low.prefill_chunk = "prefill", 1.0, (float(new), float(prior))
+            time += float(low._attention().time_s)
+        if group.decode_seqs:
+            low.phase, low.seqs, low.prefill_chunk = "decode", float(group.decode_seqs), None
+            low.context = group.decode_context_sum / group.decode_seqs
+            time += float(low._attention().time_s)
         return time
 
     # ------------------------------------------------------------------ a step
-    def stage_times(self, groups: list[GroupBatch]) -> tuple[list[float], int, int]:
-        """Per-stage GPU seconds of the step, the kernels it launches, and its busiest group's tokens."""
+    def stage_times(self, groups: list[GroupBatch]) -> tuple[list[float], int, int, list[int]]:
+        """Per-stage GPU seconds of the step, the kernels it launches, its busiest group's tokens, and
+        the compute kernels of each stage (each priced with ``GpuSpec.kernel_overhead_s``)."""
         busy = [g for g in groups if g.tokens > 0]
         if not busy:
-            return [0.0] * self.strategy.pp, 0, 0
+            return [0.0] * self.strategy.pp, 0, 0, [0] * self.strategy.pp
         tokens = max(g.tokens for g in busy)
         sampled = max(g.sampled for g in busy)
-        base, launches = self._lowered(tokens, sampled)
+        base, launches, compute = self._lowered(tokens, sampled)
         attn = max(self.attention_s(g) for g in busy)
+        per_layer = max(len(g.chunks) + (1 if g.decode_seqs else 0) for g in busy)
         layers = [d + e for d, e in zip(self.dense_layers, self.moe_layers, strict=True)]
-        return [b + n * attn for b, n in zip(base, layers, strict=True)], launches, tokens
+        times = [b + n * attn for b, n in zip(base, layers, strict=True)]
+        compute = [c + n * per_layer for c, n in zip(compute, layers, strict=True)]
+        return times, launches + sum(layers) * per_layer, tokens, compute
+
+    def gpu_times(self, groups: list[GroupBatch], runtime) -> list[float]:
+        """Per-stage GPU seconds of the step under ``runtime`` (a :class:`RuntimeProfile`).
+
+        Replaying a CUDA graph, each compute kernel costs ``runtime.graph_kernel_s`` of fixed time
+        instead of an isolated kernel's ``GpuSpec.kernel_overhead_s``; outside one, the GPU waits for the
+        host to launch each kernel, so a stage takes at least its launches times ``runtime.launch_s``."""
+        times, launches, tokens, compute = self.stage_times(groups)
+        if runtime.uses_graph(tokens, any(g.chunks for g in groups)):
+            saved = self.gpu.kernel_overhead_s - runtime.graph_kernel_s
+            return [t - n * saved for t, n in zip(times, compute, strict=True)]
+        floor = launches * runtime.launch_s
+        total = sum(times)
+        if 0 < total < floor:
+            return [t * floor / total for t in times]
+        return times

@@ -8,8 +8,8 @@ tokens are emitted when it leaves the last stage.
 
 Host time per step (``RuntimeProfile.step_host_s``) either runs before the step it prepares
 (synchronous runtimes) or overlaps the previous step's GPU work (SGLang and TensorRT-LLM's overlap
-schedulers): consecutive steps then start at least ``step_host_s`` apart. Outside CUDA graphs a
-stage takes at least its kernel launches times ``launch_s``.
+schedulers): consecutive steps then start at least ``step_host_s`` apart. The GPU time of a step,
+CUDA graph or eager, is :meth:`StepCost.gpu_times`.
 """
 
 from __future__ import annotations
@@ -157,13 +157,14 @@ class Worker:
         return len(g.running) < g.max_num_seqs and g.kv.free_blocks > 0
 
     def _decode_steps(self, picks, run: int):
-        contexts = [[r.kv_tokens + 1 for r, _ in pick] for pick in picks]
+        sums = [float(sum(r.kv_tokens + 1 for r, _ in pick)) for pick in picks]
+        sizes = [len(pick) for pick in picks]
         host, overlap = self.runtime.step_host_s, self.runtime.overlap_host
         start = max(self.env.now, self._host_free) if overlap else self.env.now + host
         starts, ends = [], []
         for j in range(run):
-            batches = [GroupBatch([], [c + j for c in ctx], len(ctx)) for ctx in contexts]
-            t = sum(self._floored(*self.cost.stage_times(batches), has_prefill=False))
+            batches = [GroupBatch([], n, c + j * n, n) for c, n in zip(sums, sizes, strict=True)]
+            t = sum(self.cost.gpu_times(batches, self.runtime))
             starts.append(start)
             ends.append(start + t)
             start = max(start + t, start + host) if overlap else start + t + host
@@ -195,17 +196,8 @@ class Worker:
             chunks = [(n, r.kv_tokens) for r, n in pick if r.in_prefill]
             decodes = [r.kv_tokens + 1 for r, n in pick if not r.in_prefill]
             sampled = sum(1 for r, n in pick if r.kv_tokens + n >= r.prefill_target)
-            batches.append(GroupBatch(chunks, decodes, sampled))
-        return self._floored(*self.cost.stage_times(batches), has_prefill=any(b.chunks for b in batches))
-
-    def _floored(self, times: list[float], launches: int, tokens: int, has_prefill: bool) -> list[float]:
-        """Outside a CUDA graph the GPU waits for the host to launch each kernel."""
-        if not self.runtime.uses_graph(tokens, has_prefill) and launches:
-            floor = launches * self.runtime.launch_s
-            total = sum(times)
-            if 0 < total < floor:
-                return [t * floor / total for t in times]
-        return times
+            batches.append(GroupBatch.of(chunks, decodes, sampled))
+        return self.cost.gpu_times(batches, self.runtime)
 
     def _run_step(self, picks, times: list[float], entered: simpy.Event):
         held = None

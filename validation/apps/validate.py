@@ -73,6 +73,15 @@ def _moe(data: Path, out: Path, study) -> dict:
     return moe.run(data, out)
 
 
+def _serving(data: Path, out: Path, study) -> dict:
+    from validation.studies import serving
+
+    try:
+        return serving.run(data, out, study)
+    except ValueError as exc:  # a CSV without the schema's columns: one line, exit 2
+        raise UserError(str(exc)) from exc
+
+
 def _fidelity(out: Path, study) -> dict:
     from validation.studies import fidelity
 
@@ -97,6 +106,7 @@ STUDIES = {
     "kernels": (_kernels, "kernels_h100.csv"),
     "inference": (_inference, "inference_calibration.csv"),
     "moe": (_moe, "ep_alltoall_deepep.csv"),
+    "serving": (_serving, "serving_h200_measured.csv"),
     "fidelity": (_fidelity, None),
     "rewrites": (_rewrites, None),
 }

@@ -1,0 +1,144 @@
+"""``shard-validate study=serving data=CSV``: measured serving runs against the serving simulator.
+
+Takes any CSV in the schema of aiconfigurator's ``silicon_sample.csv`` (the shipped
+``validation/data/serving_h200_measured.csv`` is its H200 rows). Each row becomes a closed-loop run
+of ``silicon_concurrency`` clients against the row's layout (:mod:`.mapping`), simulated with the
+row's runtime profile, its clients staggered and their first round left out as a benchmark's warm-up
+does; the simulated mean TTFT and TPOT are compared with the measured ones.
+
+Fit and test: the runtime profiles' host cost per step is fitted (``python -m validation.fit_serving``)
+on the rows of the models in :data:`FIT_MODELS` only; every other model's rows are the test set. The
+study labels each row and reports both sets, test first.
+
+Writes ``rows.csv`` (the input columns plus ``set``, ``sim_ttft_ms``, ``sim_tpot_ms``,
+``ttft_rel_error``, ``tpot_rel_error``, ``skipped_reason``) and ``summary.json``; prints per-backend
+and per-mode tables and ends with one JSON line (printed by the app).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
+
+from .mapping import RowCase, map_row
+
+__all__ = ["run", "simulate_case", "FIT_MODELS", "load_cases", "split_of", "summarize_rows"]
+
+#: Models whose rows the runtime fit may use (one per family and every backend covered); the rest test.
+FIT_MODELS = ("meta-llama/Llama-3.1-70B", "deepseek-ai/DeepSeek-R1", "Qwen/Qwen3-235B-A22B-FP8")
+
+_OUT_COLUMNS = ("set", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error", "tpot_rel_error", "skipped_reason")
+
+
+def split_of(row: dict) -> str:
+    return "fit" if row.get("model_path", "").strip() in FIT_MODELS else "test"
+
+
+def load_cases(path: Path) -> list[RowCase]:
+    with Path(path).open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    need = ("model_path", "backend", "system", "mode", "isl", "osl", "silicon_data_source", "silicon_ttft_ms",
+            "silicon_tpot_ms")
+    missing = [c for c in need if rows and c not in rows[0]]
+    if missing:
+        raise ValueError(f"data: missing column(s) {', '.join(missing)}")
+    return [map_row(r) for r in rows]
+
+
+def requests_for(concurrency: int) -> tuple[int, int]:
+    """(requests a run sends, warm-up requests left out): every client sends 3, the first round (the
+    opening burst of all clients at once, which benchmark clients' warm-up keeps out of the figures)
+    is not measured; at least 16 measured requests."""
+    return max(3 * concurrency, concurrency + 16), concurrency
+
+
+def simulate_case(case: RowCase, runtime=None) -> tuple[float, float, str]:
+    """Simulated mean (TTFT, TPOT) in seconds, or nan and why not."""
+    total, warmup = requests_for(case.concurrency)
+    cfg = ServingConfig(concurrency=case.concurrency, num_requests=total, warmup=warmup, stagger=True,
+                        input_len=LengthDist(mean=case.isl), output_len=LengthDist(mean=case.osl),
+                        runtime=case.runtime)
+    result = simulate_serving(case.ctx, case.plan, cfg, runtime=runtime or get_runtime(case.runtime))
+    if not result.feasible:
+        return math.nan, math.nan, result.reason
+    return result.metrics.ttft_s["mean"], result.metrics.tpot_s["mean"], ""
+
+
+def _rel(sim: float, measured: float) -> float:
+    return (sim - measured) / measured if measured > 0 and sim == sim else math.nan
+
+
+def summarize_rows(rows: list[dict]) -> dict:
+    """Median |error| of TTFT and TPOT and row counts, for the rows given."""
+    done = [r for r in rows if not r["skipped_reason"]]
+    tt = [abs(float(r["ttft_rel_error"])) for r in done]
+    tp = [abs(float(r["tpot_rel_error"])) for r in done]
+    return {"rows": len(rows), "simulated": len(done),
+            "median_abs_ttft_error": float(np.median(tt)) if tt else math.nan,
+            "median_abs_tpot_error": float(np.median(tp)) if tp else math.nan}
+
+
+def _table(title: str, groups: dict[str, list[dict]]) -> None:
+    print(f"\n{title}")
+    print(f"{'':28s} {'rows':>5s} {'sim':>5s} {'|TTFT err|':>11s} {'|TPOT err|':>11s}")
+    for key, rows in sorted(groups.items()):
+        s = summarize_rows(rows)
+        print(f"{key:28s} {s['rows']:5d} {s['simulated']:5d} {s['median_abs_ttft_error']:11.1%} "
+              f"{s['median_abs_tpot_error']:11.1%}")
+
+
+def run(data: Path, out: Path, study=None) -> dict:
+    cases = load_cases(data)
+    rows = []
+    for case in cases:
+        row = dict(case.row)
+        row["set"] = split_of(row)
+        ttft = tpot = math.nan
+        reason = case.skip
+        if not reason:
+            ttft, tpot, reason = simulate_case(case)
+        m_ttft, m_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
+        row.update(sim_ttft_ms=ttft * 1e3, sim_tpot_ms=tpot * 1e3, ttft_rel_error=_rel(ttft * 1e3, m_ttft),
+                   tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason)
+        rows.append(row)
+        if not reason:
+            print(f"{row['set']:4s} {row['backend']:6s} {row['mode']:6s} {case.model:16s} "
+                  f"c={case.concurrency:<5d} {case.plan.describe():48s} TTFT {m_ttft:8.1f} -> {ttft * 1e3:8.1f} ms  "
+                  f"TPOT {m_tpot:6.2f} -> {tpot * 1e3:6.2f} ms")
+    out.mkdir(parents=True, exist_ok=True)
+    columns = list(cases[0].row.keys()) + list(_OUT_COLUMNS) if cases else list(_OUT_COLUMNS)
+    with (out / "rows.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = {"study": "serving", "data": str(data)}
+    for name in ("test", "fit"):
+        part = [r for r in rows if r["set"] == name]
+        summary[name] = summarize_rows(part)
+        _table(f"{name} set, by backend", _group(part, lambda r: r["backend"]))
+        _table(f"{name} set, by mode", _group(part, lambda r: r["mode"]))
+    summary["all"] = summarize_rows(rows)
+    summary["simulated_share"] = summary["all"]["simulated"] / max(len(rows), 1)
+    summary["by_backend"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["backend"]).items()}
+    summary["by_mode"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["mode"]).items()}
+    skipped: dict[str, int] = {}
+    for r in rows:
+        if r["skipped_reason"]:
+            skipped[r["skipped_reason"]] = skipped.get(r["skipped_reason"], 0) + 1
+    summary["skipped"] = skipped
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    print(f"\nskipped: {sum(skipped.values())} rows; " + "; ".join(f"{v} x {k}" for k, v in skipped.items()))
+    return summary
+
+
+def _group(rows: list[dict], key) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(key(r), []).append(r)
+    return out

@@ -1,0 +1,141 @@
+"""One row of a measured-serving CSV (aiconfigurator's ``silicon_sample.csv`` schema) as a simulation.
+
+The mapping, column by column:
+
+- ``model_path`` -> a model preset through :func:`simcore.models.preset_for` (published ids, their
+  Instruct / FP8 variants, ``moonshotai/Kimi-K2.5`` -> ``kimi-k2``). A model with no preset, or of an
+  architecture the cost model refuses (linear or sparse attention: Qwen3.5, GLM-5), is skipped, with why.
+- ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``); ``system`` -> GPU (``h100_sxm``,
+  ``h200_sxm``, ``b200_sxm``).
+- ``precision`` -> weights and GEMMs: ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
+  Kimi-K2 INT4 experts) are weight-only 4-bit experts: expert weights at 0.5 bytes, everything else FP8.
+- Layout per pool: ``tp_size`` is the attention TP degree, ``attention_dp_size`` the data-parallel
+  attention groups (our ``ep``: experts split that many ways). Experts expert-parallel inside one TP
+  group (``moe_ep_size == tp_size``, ``moe_tp_size == 1``) are priced as expert TP over that group: each
+  GPU holds and reads the same expert bytes; the all-to-all is priced as the all-reduce TP uses. A layout
+  whose attention GPUs (tp x dp) differ from its expert GPUs (moe_tp x moe_ep) is skipped.
+- ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker
+  (TensorRT-LLM's is per attention-DP rank: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
+- ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from simcore.cluster import Cluster
+from simcore.lowering import CostContext
+from simcore.models import ModelConfigError, get_model, preset_for
+from simcore.serving import Pool, ServingPlan
+from simcore.strategy import megatron_strategy
+from simcore.workload import Workload
+
+__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset"]
+
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+_FOUR_BIT = ("fp4", "int4", "nvfp4", "mxfp4", "w4a16", "w4a8")
+
+
+@dataclass
+class RowCase:
+    """A row ready to simulate, or ``skip`` with why not."""
+
+    row: dict
+    skip: str = ""
+    model: str = ""
+    ctx: CostContext | None = None
+    plan: ServingPlan | None = None
+    concurrency: int = 0
+    isl: int = 0
+    osl: int = 0
+    runtime: str = ""
+
+
+def model_preset(model_path: str) -> str | None | ModelConfigError:
+    """The preset of a published id (:func:`simcore.models.preset_for`), ``None`` if there is none,
+    or the error naming an architecture the cost model refuses."""
+    try:
+        path = model_path.strip()
+        return preset_for(path) or preset_for(path.split("/")[-1]) or preset_for(re.sub(r"-fp8$", "", path, flags=re.I))
+    except ModelConfigError as exc:
+        return exc
+
+
+def _int(row: dict, key: str, default: int | None = None) -> int | None:
+    value = (row.get(key) or "").strip()
+    if not value:
+        return default
+    return int(float(value))
+
+
+def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
+    """One pool's layout. TensorRT-LLM's ``max_batch_size`` is per rank, so with attention DP a worker
+    runs ``batch_size x attention_dp_size`` sequences; vLLM's and SGLang's limits are per worker."""
+    tp = _int(row, f"{prefix}tp_size", 1)
+    pp = _int(row, f"{prefix}pp_size", 1)
+    dp = _int(row, f"{prefix}attention_dp_size", 1)
+    moe_tp = _int(row, f"{prefix}moe_tp_size", 1)
+    moe_ep = _int(row, f"{prefix}moe_ep_size", 1)
+    if moe and tp * dp != moe_tp * moe_ep:
+        return f"layout: attention on tp{tp} x dp{dp} GPUs but experts on moe_tp{moe_tp} x moe_ep{moe_ep}"
+    workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
+    seqs = _int(row, f"{prefix}batch_size", concurrency)
+    if row.get("backend", "").strip() == "trtllm":
+        seqs *= dp
+    return Pool(megatron_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
+
+
+def _workload(precision: str, model) -> Workload | str:
+    p = precision.strip().lower()
+    if p in ("fp8", "bf16"):
+        return Workload(precision=p)
+    if p in _FOUR_BIT:
+        if not model.is_moe:
+            return f"precision: {p} weights on a dense model are not modelled"
+        return Workload(precision="fp8", expert_weight_bytes=0.5)
+    return f"precision: {p!r} is not modelled"
+
+
+def map_row(row: dict) -> RowCase:
+    case = RowCase(row)
+    preset = model_preset(row.get("model_path", ""))
+    if isinstance(preset, ModelConfigError):
+        case.skip = f"model: {preset}"
+        return case
+    if preset is None:
+        case.skip = f"model: no preset for {row.get('model_path')!r}"
+        return case
+    gpu = SYSTEMS.get((row.get("system") or "").strip())
+    if gpu is None:
+        case.skip = f"system: {row.get('system')!r} is not one of {', '.join(SYSTEMS)}"
+        return case
+    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    if not found:
+        case.skip = "silicon_data_source: no silicon_concurrency=N"
+        return case
+    case.concurrency = int(found.group(1))
+    case.isl, case.osl = int(row["isl"]), int(row["osl"])
+    case.runtime = row.get("backend", "").strip()
+    model = get_model(preset)
+    workload = _workload(row.get("precision", ""), model)
+    if isinstance(workload, str):
+        case.skip = workload
+        return case
+    if row.get("mode") == "disagg":
+        pools = [_pool(row, p, case.concurrency, model.is_moe) for p in ("prefill_", "decode_")]
+    else:
+        pools = [_pool(row, "", case.concurrency, model.is_moe)]
+    for p in pools:
+        if isinstance(p, str):
+            case.skip = p
+            return case
+    plan = ServingPlan.aggregated(pools[0].strategy, pools[0].workers, pools[0].max_num_seqs) if len(pools) == 1 \
+        else ServingPlan.disaggregated(*pools)
+    if any(p.strategy.tp > 8 for _, p in plan.pools):
+        case.skip = "layout: tensor parallelism across nodes (tp > 8) is not modelled"
+        return case
+    nodes = max(1, -(-plan.gpus // 8))
+    case.model, case.plan = preset, plan
+    case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=8 * nodes, nvlink_domain_size=8))
+    return case
