@@ -128,17 +128,22 @@ class LaneComm:
         yield from self._collective(gid, op, step)
         for lane, n in held.items():
             self.executor._hold_sms(lane, -n)
-        self._busy -= self.takers[gid]
         done.succeed(start)
-        self._dispatch_late()
+        self._release_late(self.takers[gid])
 
-    def _dispatch_late(self) -> None:
-        """Grant freed streams after every other event of this instant, as a SimPy stream grants a
-        released slot (its Release event) after the holder has issued its next request: a microbatch
-        with two collectives in a row keeps its priority over one that was already waiting."""
+    def _release_late(self, gpus: frozenset) -> None:
+        """Free the GPUs' streams after every other event of this instant, then grant queued
+        collectives by priority: by then the members have issued their next requests, as a SimPy
+        stream's holder does before its release is granted, so a microbatch with two collectives in
+        a row keeps its priority over one that was already waiting."""
         event = simpy.Event(self.env)
         event._ok, event._value = True, None  # already triggered, like simpy.Timeout; processed late
-        event.callbacks.append(lambda _e: self._dispatch())
+
+        def release(_event) -> None:
+            self._busy -= gpus
+            self._dispatch()
+
+        event.callbacks.append(release)
         self.env.schedule(event, _LATE)
 
     def _collective(self, gid: int, op, step: int):
