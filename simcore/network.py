@@ -25,6 +25,8 @@ Performance design (see ``python -m validation.bench_network``):
   of capacity (least-loaded uplink, decided when the flow is sent; not cached).
 - Rate solves warm-start from the previous rates (:func:`simcore.maxmin.max_min_rates`):
   after a completion only the flows that lost their bottleneck are re-solved.
+- Flows of one call with identical routes (16 ring channels over one NVSwitch) are one member
+  of that weight (weighted max-min, exact: identical flows get identical rates).
 
 Capacity is derated on the link, not per flow: ``link_efficiency(u, v, data)`` (default 1)
 scales each link's ``bandwidth_bytes_per_s`` to what traffic can actually carry on it (NVLink's
