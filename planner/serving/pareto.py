@@ -148,8 +148,9 @@ def plot_front(path: Path, rows: list[dict], title: str) -> None:
         ax.step([r["tokens_per_s_per_user"] for r in front], [r["tokens_per_s_per_gpu"] for r in front], where="post",
                 color="black", lw=1.5, label="Pareto front")
         for r in front:
-            ax.annotate(f"{r['load']:g}x", (r["tokens_per_s_per_user"], r["tokens_per_s_per_gpu"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+            label = f"c={r['concurrency']}" if r["concurrency"] != "" else f"{r['rate']:g}/s" if r["rate"] != "" else ""
+            ax.annotate(f"{label} {r['mode']} {r['gpus']} GPUs", (r["tokens_per_s_per_user"], r["tokens_per_s_per_gpu"]),
+                        fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("output tokens/s per user (1 / TPOT)")
     ax.set_ylabel("output tokens/s per GPU")
     ax.set_title(title, fontsize=9)
