@@ -203,3 +203,21 @@ def test_shard_sim_rejects_replicas_beyond_hbm_and_bad_load_files(tmp_path):
     r = _shard_sim(tmp_path, "strategy.ep=64", "strategy.batch=64", "sim.routing.distribution=file",
                    f"sim.routing.path={bad}")
     assert r.returncode == 2 and "error: routing.path:" in r.stderr and "255 experts" in r.stderr
+
+
+def test_moe_study_reports_fit_and_test_errors_per_ep(tmp_path):
+    from validation.studies import moe
+
+    data = tmp_path / "rows.csv"
+    from pathlib import Path
+
+    lines = (Path(__file__).parents[1] / "validation/data/ep_alltoall_deepep.csv").read_text().splitlines()
+    data.write_text("\n".join(lines + [lines[-1].replace("elastic (unified)", "intranode").replace("SM90", "B300")]))
+    out = moe.run(data, tmp_path / "out")
+    assert out["rows_used"] == 38 and out["rows_skipped"] == 5  # 4 elastic-kernel rows, 1 unknown GPU
+    assert out["fit"]["median_abs_error"] < 0.03 and out["test"]["rows"] == 18
+    assert {"fit/normal/ep8", "fit/low_latency/ep256", "test/low_latency/ep8"} <= set(out["median_abs_error_by_ep"])
+    assert (tmp_path / "out" / "moe_errors.png").stat().st_size > 0
+    cases, _ = moe.load_cases(data)
+    pure = next(c for c in cases if c.mode == "low_latency" and c.split == "fit")
+    assert not pure.ll_nvlink and pure.gpu == "h800"
