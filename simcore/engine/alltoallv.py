@@ -2,10 +2,11 @@
 
 NCCL's direct all-to-all (:mod:`simcore.collectives.flows`) sends one chunk to every peer at once,
 each flow capped at the per-peer share of the GPU's NVLink or NIC bandwidth (``f / (p - 1)`` inside
-an NVLink domain, ``f / (n - p)`` across), with a cross-domain pair going over NVLink to the GPU on
-the destination's rail first (PXN). The -v variant keeps that shape and those caps but gives every
-pair its own size, so a hot receiver's flows take longer and the collective ends with the slowest
-pair: with equal sizes it is the direct all-to-all, to the same latency and bandwidth terms.
+an NVLink domain, ``f / (n - p)`` across), a cross-domain pair going over NVLink to the GPU on the
+destination's rail first (PXN, one pipelined chain). The -v variant is that same plan, latency,
+protocol (wire bytes), fill and link derating, built and run by the library's own compiler, with every
+pair at its own size: a pair of ``s`` bytes is a set of duration ``s / cap``, so on an idle fabric
+the collective ends with its largest pair, and with equal sizes it is the direct all-to-all exactly.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from ..collectives import DEFAULT
 from ..collectives.cost import make_shape
-from ..collectives.flows import resolve
+from ..collectives.flows import _compile, _execute, _fill_ratio, resolve
 from ..collectives.formulas import PROTO_INDEX, p2p_bandwidths
-from .pricing import group_shape
+from ..collectives.patterns import Plan, domains
+from ..collectives.pipeline import nccl_link_efficiency
 
 __all__ = ["run_alltoallv", "pxn_relay"]
 
@@ -33,53 +36,30 @@ def pxn_relay(graph, src: str, dst: str) -> str | None:
     return peer if peer in graph else None
 
 
-def _entry(ctx, ranks: list[str], graph, size_bytes: float):
-    from ..collectives import DEFAULT
-
+def _phases(ctx, graph, ranks: list[str], pair_bytes: np.ndarray):
     constants = ctx.collective_constants or DEFAULT
-    n, per = group_shape(graph, ranks)
     fabric = ctx.cluster.fabric
-    shape = make_shape(size_bytes, n, per, fabric)
+    plan = Plan(graph, domains(graph, ranks), ranks)
+    shape = make_shape(float(pair_bytes.max()) * plan.n, plan.n, plan.p, fabric)
     _, proto, cost = resolve("all_to_all", shape, fabric, "direct", "auto", constants)
     f_nvl, f_nic = (float(x) for x in p2p_bandwidths(shape, fabric, PROTO_INDEX[proto], constants))
-    return n, per, float(cost.latency_s + cost.extra_latency_s), f_nvl, f_nic
-
-
-def run_alltoallv(env: simpy.Environment, network, ctx, ranks: list[str], pair_bytes: np.ndarray):
-    """Process: ``pair_bytes[a, b]`` bytes from ``ranks[a]`` to ``ranks[b]``; value: elapsed seconds.
-    Latency and per-flow caps are those of the direct all-to-all whose chunk is the largest pair."""
-    start = env.now
-    graph = network.graph
-    n = len(ranks)
-    biggest = float(pair_bytes.max()) if pair_bytes.size else 0.0
-    if n <= 1 or biggest <= 0:
-        return 0.0
-    _, per, latency, f_nvl, f_nic = _entry(ctx, ranks, graph, biggest * n)
-    cap_nvl = f_nvl / max(per - 1, 1)
-    cap_nic = f_nic / max(n - per, 1)
-    transfers = []
-    max_path = 0.0
-    plan = []
+    cap_nvl, cap_nic = f_nvl / max(plan.p - 1, 1), f_nic / max(plan.n - plan.p, 1)
+    by_kind: dict[tuple[float, bool], list] = {}  # equal pairs share one set (one network batch)
     for a, src in enumerate(ranks):
         for b, dst in enumerate(ranks):
             size = float(pair_bytes[a, b])
-            if a == b or size <= 0:
-                continue
-            relay = pxn_relay(graph, src, dst)
-            intra = relay is None and _same_domain(graph, src, dst)
-            hops = [(src, dst)] if relay is None else [(src, relay), (relay, dst)]
-            for u, v in hops:
-                max_path = max(max_path, network.path_latency(u, v))
-                plan.append((u, v, size, cap_nvl if intra else cap_nic))
-    wait = max(latency - max_path, 0.0)
-    if wait > 0:
-        yield env.timeout(wait)
-    for u, v, size, cap in plan:
-        transfers.append(network.transfer(u, v, size, rate_cap_bytes_per_s=cap, tag=("all_to_all_v",)))
-    yield env.all_of(transfers)
-    return env.now - start
+            if a != b and size > 0:
+                by_kind.setdefault((size, plan.same_domain(src, dst)), []).append(plan.p2p(src, dst, size))
+    sets = [(flows, size / (cap_nvl if intra else cap_nic)) for (size, intra), flows in by_kind.items()]
+    return [(float(cost.latency_s + cost.extra_latency_s), sets, _fill_ratio(cost))], proto, constants
 
 
-def _same_domain(graph, a: str, b: str) -> bool:
-    da, db = graph.nodes[a], graph.nodes[b]
-    return da.get("domain", da.get("node")) == db.get("domain", db.get("node"))
+def run_alltoallv(env: simpy.Environment, network, ctx, ranks: list[str], pair_bytes: np.ndarray):
+    """Process: ``pair_bytes[a, b]`` bytes from ``ranks[a]`` to ``ranks[b]``; value: elapsed seconds."""
+    if len(ranks) <= 1 or not pair_bytes.size or float(pair_bytes.max()) <= 0:
+        return 0.0
+    graph = network.graph
+    phases, proto, constants = _phases(ctx, graph, ranks, pair_bytes)
+    if network.link_efficiency is None:  # as run_collective: the idle-fabric equality needs it
+        network.set_link_efficiency(nccl_link_efficiency(graph, constants, ctx.cluster.fabric))
+    return (yield from _execute(env, network, _compile(network, phases, proto), ("all_to_all", "direct-v", proto)))

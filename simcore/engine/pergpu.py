@@ -67,6 +67,8 @@ class LaneComm:
         # waiting for others: that could deadlock two microbatches issued in opposite orders).
         self._queue: list[tuple] = []
         self._busy: set[str] = set()
+        self._releasing: set[str] = set()
+        self._release_pending = False
         self._seq = 0
         self.executor = None  # set by LaneExecutor: SMs held while a collective runs
         self.flows_run = 0
@@ -132,19 +134,23 @@ class LaneComm:
         self._release_late(self.takers[gid])
 
     def _release_late(self, gpus: frozenset) -> None:
-        """Free the GPUs' streams after every other event of this instant, then grant queued
-        collectives by priority: by then the members have issued their next requests, as a SimPy
-        stream's holder does before its release is granted, so a microbatch with two collectives in
-        a row keeps its priority over one that was already waiting."""
+        """Free the GPUs' streams after every other event of this instant (all collectives that end
+        in it at once), then grant queued collectives by priority: by then the members have issued
+        their next requests, as a SimPy stream's holder does before its release is granted, so a
+        microbatch with two collectives in a row keeps its priority over one that was waiting."""
+        self._releasing |= gpus
+        if self._release_pending:
+            return
+        self._release_pending = True
         event = simpy.Event(self.env)
         event._ok, event._value = True, None  # already triggered, like simpy.Timeout; processed late
-
-        def release(_event) -> None:
-            self._busy -= gpus
-            self._dispatch()
-
-        event.callbacks.append(release)
+        event.callbacks.append(self._release)
         self.env.schedule(event, _LATE)
+
+    def _release(self, _event) -> None:
+        self._busy -= self._releasing
+        self._releasing, self._release_pending = set(), False
+        self._dispatch()
 
     def _collective(self, gid: int, op, step: int):
         kind, ranks = self.groups[gid]
