@@ -1,0 +1,157 @@
+"""Re-ranking regret: does re-ranking the proxy's top 16 find the simulator's best plan?
+
+``python -m validation.rerank_regret`` takes, per benchmark scenario, the proxy's ``--pool`` (200)
+best distinct plans, exactly (:func:`planner.topk.top_k`), simulates every one of them, and reports
+
+- **before**: ``1 - sim(pick) / sim(best of the pool)`` where ``pick`` is the simulator's best among
+  the proxy's top ``--k`` (16), what ``shard-search`` answers with ``planner.reranker=sim``;
+- **after**: the same for the simulator-in-the-loop pick (:func:`planner.simloop.sim_in_the_loop`,
+  ``--budget`` simulations at most, chosen by a correction of the proxy learned on the simulated
+  plans), with the number of simulations it asked for.
+
+Simulated plans are memoized on disk, ``OUT/<scenario>/sims.jsonl`` (``--out``, default
+``outputs/rerank_regret``), tagged with a fingerprint of the scenario's config, so a second run (or
+another budget) simulates nothing again. One process, one thread. Prints a table per scenario and
+ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["SCENARIOS", "MORE", "TARGET", "regret", "run_scenario", "main"]
+
+SCENARIOS = ("dense-70b-1node", "dense-70b-prefill", "mixtral-2node", "deepseek-8node", "gptmoe-1.6t-16k")
+MORE = ("gptmoe-1.6t-32k", "gptmoe-1.6t-64k")
+TARGET = 0.02  # regret above this needs the simulator in the loop
+
+
+def regret(pick_value: float, best_value: float) -> float:
+    """``1 - pick / best`` (0 when the pick is the best; 1 when nothing valid was picked)."""
+    if not best_value > 0:
+        return float("nan")
+    return 1.0 - (pick_value if pick_value > 0 else 0.0) / best_value
+
+
+def _fingerprint(cfg) -> str:
+    from omegaconf import OmegaConf
+
+    parts = {g: OmegaConf.to_container(cfg[g], resolve=True) for g in ("model", "hardware", "topology", "workload", "sim")}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _simulator(ctx, cfg):
+    from planner.megatron import strategy_from_key
+    from simcore.config import build_engine_config, build_graph
+    from simcore.engine import simulate
+
+    graph, engine = build_graph(cfg.topology, cfg.hardware), build_engine_config(cfg.sim)
+
+    def one(key: tuple) -> tuple[float, bool]:
+        res = simulate(ctx, graph, strategy_from_key(key), engine)
+        return float(res.tokens_per_s_per_gpu), bool(res.valid)
+
+    return one
+
+
+def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: bool = True) -> dict:
+    """Top-``pool`` by the proxy, all simulated (memoized under ``out``), regret before and after."""
+    from planner.megatron import strategy_from_key
+    from planner.simloop import SimMemo, plan_features, sim_in_the_loop
+    from planner.topk import top_k
+    from simcore.config import build_space
+    from simcore.proxy import evaluate
+    from validation.scenarios import scenario_config, scenario_context
+
+    cfg, ctx = scenario_config(name), scenario_context(name)
+    started = time.perf_counter()
+    top = top_k(ctx, build_space(ctx, cfg.planner), pool)
+    topk_s = time.perf_counter() - started
+    proxies = [evaluate(ctx, strategy_from_key(key)) for key in top.keys]
+    features = np.array([plan_features(key, p.by_category, p.step_time_s) for key, p in zip(top.keys, proxies,
+                                                                                           strict=True)])
+    memo = SimMemo(_simulator(ctx, cfg), out / name / "sims.jsonl", _fingerprint(cfg))
+    sim = np.zeros(len(top.keys))
+    for i, key in enumerate(top.keys):
+        value, valid = memo(key)
+        sim[i] = value if valid else 0.0
+        if verbose and (i + 1) % 25 == 0:
+            print(f"  {name}: simulated {i + 1}/{len(top.keys)} ({time.perf_counter() - started:.0f} s)", flush=True)
+    asked: list[tuple] = []
+
+    def counted(key: tuple) -> tuple[float, bool]:
+        asked.append(key)
+        return memo(key)
+
+    loop = sim_in_the_loop(top.keys, top.values, features, counted, budget=budget, seed=k)
+    best = int(np.argmax(sim))
+    before = int(np.argmax(sim[:k]))
+    after = loop.best if loop.best is not None else before
+    return {"scenario": name, "gpus": int(ctx.cluster.num_gpus), "pool": int(len(top.keys)), "k": k,
+            "proxy_best": float(top.values[0]), "proxy_pool_last": float(top.values[-1]),
+            "sim_best": float(sim[best]), "sim_best_proxy_rank": best + 1, "sim_best_plan": _plan(top.keys[best]),
+            "pick_before": _plan(top.keys[before]), "sim_pick_before": float(sim[before]),
+            "pick_before_proxy_rank": before + 1, "regret_before": regret(sim[before], sim[best]),
+            "pick_after": _plan(top.keys[after]), "sim_pick_after": float(sim[after]),
+            "pick_after_proxy_rank": after + 1, "regret_after": regret(sim[after], sim[best]),
+            "sims_after": len(asked), "rounds_after": loop.rounds, "correction_rmse": loop.rmse,
+            "sim_over_proxy_median": float(np.median(sim[sim > 0] / top.values[sim > 0])) if (sim > 0).any() else None,
+            "topk_s": topk_s, "wall_s": time.perf_counter() - started, "cache_hits": memo.hits,
+            "simulated_now": memo.misses}
+
+
+def _plan(key) -> str:
+    tp, ep, pp, dp, batch, mb = (int(v) for v in key[:6])
+    return f"tp{tp} ep{ep} pp{pp} dp{dp} b{batch} mb{mb}"
+
+
+def _print(r: dict) -> None:
+    print(f"\n{r['scenario']} ({r['gpus']} GPUs): proxy top {r['pool']} spans {r['proxy_best']:,.1f} .. "
+          f"{r['proxy_pool_last']:,.1f} tokens/s/GPU; median sim/proxy {r['sim_over_proxy_median']:.3f}")
+    print(f"  {'':28s} {'plan':34s} {'proxy #':>7s} {'sim tok/s/GPU':>14s} {'regret':>7s} {'sims':>5s}")
+    print(f"  {'simulator best of the pool':28s} {r['sim_best_plan']:34s} {r['sim_best_proxy_rank']:7d} "
+          f"{r['sim_best']:14,.1f} {'':>7s} {r['pool']:5d}")
+    label = f"before: re-rank top {r['k']}"
+    print(f"  {label:28s} {r['pick_before']:34s} {r['pick_before_proxy_rank']:7d} "
+          f"{r['sim_pick_before']:14,.1f} {r['regret_before']:7.2%} {r['k']:5d}")
+    print(f"  {'after: simulator in the loop':28s} {r['pick_after']:34s} {r['pick_after_proxy_rank']:7d} "
+          f"{r['sim_pick_after']:14,.1f} {r['regret_after']:7.2%} {r['sims_after']:5d}")
+    print(f"  ({r['wall_s']:.0f} s, {r['simulated_now']} simulated now, {r['cache_hits']} from the cache)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS),
+                        help=f"comma separated (default the five benchmarks; also {', '.join(MORE)})")
+    parser.add_argument("--pool", type=int, default=200, help="the proxy's top plans simulated (200)")
+    parser.add_argument("--k", type=int, default=16, help="re-ranked by shard-search (16)")
+    parser.add_argument("--budget", type=int, default=48, help="simulations of the in-the-loop re-ranker (48)")
+    parser.add_argument("--out", default="outputs/rerank_regret", help="run dir (the simulation cache)")
+    args = parser.parse_args(argv)
+    for field in ("pool", "k", "budget"):
+        if getattr(args, field) < 1:
+            parser.error(f"--{field} must be >= 1, got {getattr(args, field)}")
+    rows = []
+    for name in [n for n in args.scenarios.split(",") if n]:
+        rows.append(run_scenario(name, args.pool, args.k, args.budget, Path(args.out)))
+        _print(rows[-1])
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "rows.json").write_text(json.dumps(rows, indent=1))
+    headline = {"target": TARGET, "pool": args.pool, "k": args.k, "budget": args.budget,
+                "regret_before": {r["scenario"]: round(r["regret_before"], 4) for r in rows},
+                "regret_after": {r["scenario"]: round(r["regret_after"], 4) for r in rows},
+                "sims_after": {r["scenario"]: r["sims_after"] for r in rows},
+                "above_target_before": [r["scenario"] for r in rows if r["regret_before"] > TARGET],
+                "above_target_after": [r["scenario"] for r in rows if r["regret_after"] > TARGET]}
+    print(json.dumps(headline))
+    return headline
+
+
+if __name__ == "__main__":
+    main()
