@@ -4,9 +4,10 @@ Two cases, each searched twice with the same method and budget of simulations (a
 then disaggregated plans only; :func:`planner.serving.search_plans`), both answers simulated again at
 more requests (``--confirm``) so the comparison does not rest on the search's shorter runs:
 
-- ``deepseek-8node``: DeepSeek-V3 (FP8) on 8 nodes of H100 (``h100-ib-rail``, 64 GPUs), SGLang,
-  ISL 4096, OSL 512, mean TTFT <= 2 s and TPOT <= 50 ms, closed-loop clients: where the literature
-  (DistServe; SGLang's and NVIDIA Dynamo's DeepSeek deployments) reports disaggregation winning;
+- ``deepseek-8node`` (256 clients) and ``deepseek-8node-c192`` (192): DeepSeek-V3 (FP8) on 8 nodes of
+  H100 (``h100-ib-rail``, 64 GPUs), SGLang, ISL 4096, OSL 512, mean TTFT <= 2 s and TPOT <= 50 ms,
+  closed-loop clients: where the literature (DistServe; SGLang's and NVIDIA Dynamo's DeepSeek
+  deployments) reports disaggregation winning;
 - ``small-dense``: Llama-3.1-8B (FP8) on one HGX H100 node, vLLM, ISL 512, OSL 128, TTFT <= 500 ms,
   TPOT <= 20 ms, 8 clients: short prompts at low load, where one aggregated GPU serves everything and
   a split needs two pools.
@@ -50,12 +51,13 @@ class Case:
     ttft_ms: float
     tpot_ms: float
     concurrency: int
-    requests_per_client: int = 4
+    requests_per_client: int = 8  # closed-loop clients all send at once: the first wave is 1/8 of the run
     max_num_seqs: tuple[int, ...] = (64, 128, 256, 512, 1024)
 
 
 CASES = {
     "deepseek-8node": Case("deepseek-v3", "h100-ib-rail", 8, "sglang", 4096, 512, 2000.0, 50.0, 256),
+    "deepseek-8node-c192": Case("deepseek-v3", "h100-ib-rail", 8, "sglang", 4096, 512, 2000.0, 50.0, 192),
     "small-dense": Case("llama-3.1-8b", "hgx-h100", 1, "vllm", 512, 128, 500.0, 20.0, 8,
                         max_num_seqs=(8, 16, 32, 64, 128)),
 }
@@ -137,7 +139,7 @@ def _print(r: dict) -> None:
                   f"{e['search_wall_s']} s]")
         else:
             c = e.get("closest")
-            print(f"  {mode:6s} no plan meets the SLOs" + (f"; closest {c['plan']}: TTFT +{c['ttft_over_pct']}%, "
+            print(f"  {mode:6s} no plan meets the SLOs" + (f"; closest {c['plan']} ({c['tokens_per_s_per_gpu']:,.1f} tokens/s/GPU): TTFT +{c['ttft_over_pct']}%, "
                                                          f"TPOT +{c['tpot_over_pct']}%" if c else ""))
     if r["margin"] is not None:
         print(f"  winner: {r['winner']} by {100 * r['margin']:.1f}% tokens/s/GPU")
@@ -180,8 +182,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--method", default="ppo")
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--confirm", type=int, default=8, help="requests per client of the confirming simulation")
+    ap.add_argument("--confirm", type=int, default=12, help="requests per client of the confirming simulation")
     ap.add_argument("--concurrency", nargs="*", default=[], help="CASE=N overrides")
+    ap.add_argument("--requests-per-client", type=int, default=None,
+                    help="requests per client in the search (default: the case's, 4)")
     ap.add_argument("--methods-on", choices=list(CASES), help="compare every method on this case instead")
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args(argv)
@@ -193,9 +197,12 @@ def main(argv=None) -> dict:
     results = {}
     for name in args.cases:
         case = CASES[name] if name not in conc else replace(CASES[name], concurrency=conc[name])
+        if args.requests_per_client:
+            case = replace(case, requests_per_client=args.requests_per_client)
         results[name] = compare(name, case, args.method, args.budget, args.seed, args.confirm)
         _print(results[name])
     line = {k: {"winner": v["winner"], "margin": v["margin"],
+                "agg_closest_miss": v["agg"].get("closest"), "disagg_closest_miss": v["disagg"].get("closest"),
                 "agg": v["agg"].get("search", {}).get("tokens_per_s_per_gpu"),
                 "disagg": v["disagg"].get("search", {}).get("tokens_per_s_per_gpu"),
                 "agg_plan": v["agg"].get("search", {}).get("plan"), "disagg_plan": v["disagg"].get("search", {}).get("plan")}
