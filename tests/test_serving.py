@@ -81,8 +81,8 @@ def test_single_request_latency_is_hand_computable():
     cost = StepCost(ctx, plan.pool.strategy)
     prefill = sum(cost.gpu_times([GroupBatch.of([(512, 0)], [], 1)], rt))
     decodes = [sum(cost.gpu_times([GroupBatch.of([], [513 + i], 1)], rt)) for i in range(3)]
-    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.step_host_s + prefill, rel=1e-9)
-    assert r.metrics.tpot_s["mean"] == pytest.approx(sum(decodes) / 3 + rt.step_host_s, rel=1e-9)
+    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.host_s(1) + prefill, rel=1e-9)
+    assert r.metrics.tpot_s["mean"] == pytest.approx(sum(decodes) / 3 + rt.host_s(1), rel=1e-9)
 
 
 def test_graph_replay_saves_each_kernels_launch_cost():
@@ -152,3 +152,17 @@ def test_bad_trace_names_the_column(tmp_path):
     p.write_text("arrival_s,input_len,output_len\n0,-5,10\n")
     with pytest.raises(ServingInputError, match="input_len"):
         read_trace(p)
+
+
+def test_small_tp_all_reduce_takes_the_runtimes_kernel():
+    """Decode all-reduces of a few KiB run on the runtime's one-/two-shot kernel, not NCCL's."""
+    from simcore.collectives.constants import DEFAULT
+
+    ctx = _ctx("llama-3.1-70b")
+    s = megatron_strategy(tp=4)
+    rt = get_runtime("vllm")
+    batch = [GroupBatch.of([], [1000] * 4, 4)]
+    assert sum(StepCost(ctx, s, rt).stage_times(batch)[0]) < sum(StepCost(ctx, s).stage_times(batch)[0])
+    size = 4 * 8192 * 2.0  # 4 tokens x hidden 8192 x bf16
+    bw = ctx.cluster.gpu.nvlink_bandwidth_bytes_per_s * DEFAULT.nvlink_efficiency
+    assert StepCost(ctx, s, rt).custom_all_reduce_s(size) == pytest.approx(rt.custom_ar_s + 1.5 * size / bw)

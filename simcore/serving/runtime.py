@@ -5,6 +5,9 @@ A profile holds few physical numbers, each with its source:
 - ``step_host_s``: host time of one scheduler step that no kernel covers (scheduling, input
   preparation, sampling bookkeeping, detokenization). Fitted per runtime by
   ``python -m validation.fit_serving`` on the fit half of ``validation/data/serving_h200_measured.csv``.
+- ``step_host_per_seq_s``: host time per sequence in the step (building its input, sampling
+  bookkeeping, detokenizing and streaming its token): why a small model's TPOT stops improving with
+  tensor parallelism at hundreds of running sequences. Fitted with ``step_host_s``.
 - ``overlap_host``: whether that host time overlaps the previous step's GPU work. SGLang's overlap
   scheduler (on by default since v0.4, "zero-overhead batch scheduler") and TensorRT-LLM's PyTorch
   backend overlap scheduler (default on) do; vLLM v1 runs the step synchronously unless
@@ -19,6 +22,10 @@ A profile holds few physical numbers, each with its source:
   kernel timings taken one launch at a time). Graph replay removes the CPU launch and driver work,
   leaving ~1-2 us between dependent kernels (NVIDIA, "Getting Started with CUDA Graphs"); fitted with
   ``step_host_s`` by ``python -m validation.fit_serving``.
+- ``custom_ar_s``, ``custom_ar_max_bytes``: the runtimes' own all-reduce kernel for tensor-parallel
+  messages up to 8 MiB inside one NVLink domain (vLLM's ``custom_all_reduce`` ``max_size`` 8 MiB, shared
+  by SGLang; TensorRT-LLM's ``AllReduce`` one-shot/two-shot strategies), used where faster than NCCL:
+  its fixed latency is a few flag exchanges over NVLink (prior 8 us; fitted by ``fit_serving``).
 - ``mixed_batches``: prefill chunks and decodes share a step (vLLM v1 chunked prefill, TensorRT-LLM
   in-flight batching); SGLang's default runs prefill and decode in separate steps
   (``--enable-mixed-chunk`` off), prefill first.
@@ -65,12 +72,19 @@ class RuntimeProfile:
     mem_fraction: float
     launch_s: float = EAGER_LAUNCH_S
     graph_kernel_s: float = 2.0e-6
+    step_host_per_seq_s: float = 0.0
+    custom_ar_s: float = 8.0e-6
+    custom_ar_max_bytes: float = 8 * 2**20
+
+    def host_s(self, seqs: int) -> float:
+        """Host time of a step over ``seqs`` sequences."""
+        return self.step_host_s + self.step_host_per_seq_s * seqs
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-        if self.step_host_s < 0 or self.launch_s < 0 or self.graph_kernel_s < 0:
-            raise ServingInputError(f"runtime {self.name}: step_host_s, launch_s and graph_kernel_s must be >= 0")
+        if min(self.step_host_s, self.launch_s, self.graph_kernel_s, self.step_host_per_seq_s) < 0:
+            raise ServingInputError(f"runtime {self.name}: host, launch and graph times must be >= 0")
         if not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
         for f in ("graph_max_tokens", "max_num_batched_tokens", "kv_block_tokens"):

@@ -112,7 +112,7 @@ class _Cluster:
         gpu0 = 0
         self.gpu_offsets: dict[int, int] = {}
         for role, pool in plan.pools:
-            cost = StepCost(ctx, pool.strategy)
+            cost = StepCost(ctx, pool.strategy, runtime)
             self.costs.append(cost)
             kv = kv_capacity_tokens(ctx, pool.strategy, runtime)
             self.kv_tokens[role] = kv

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import layout as L
+from ..collectives.constants import DEFAULT
 from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
 from ..memory import stage_layers
 from ..strategy import Strategy
@@ -64,8 +66,8 @@ class StepCost:
     batches (one :class:`GroupBatch` per attention group, at most ``strategy.ep``).
     """
 
-    def __init__(self, ctx: CostContext, strategy: Strategy):
-        self.ctx, self.strategy = ctx, strategy
+    def __init__(self, ctx: CostContext, strategy: Strategy, runtime=None):
+        self.ctx, self.strategy, self.runtime = ctx, strategy, runtime
         self.model, self.gpu, self.w = ctx.model, ctx.cluster.gpu, ctx.workload
         dense, moe, _ = stage_layers(self.model, np.array([strategy.pp]))
         self.dense_layers, self.moe_layers = dense[0].tolist(), moe[0].tolist()
@@ -92,7 +94,7 @@ class StepCost:
             blocks["moe_layer"] = low.layer(moe=True)
 
         def total(tasks):  # the per-pass host task is the runtime profile's business here
-            return sum(float(t.time_s) * t.count for t in tasks if t.kind != "host")
+            return sum(self._task_s(t) * t.count for t in tasks if t.kind != "host")
 
         def kernels(tasks, compute_only=False):
             return sum(t.count for t in tasks if t.kind != "host" and float(t.time_s) > 0
@@ -108,6 +110,30 @@ class StepCost:
             compute.append(sum(n * kernels(b, True) for n, b in layers) + kernels(edge, True))
         self._memo[key] = (times, launches, compute)
         return times, launches, compute
+
+    def _task_s(self, task: Task) -> float:
+        """A task's time; a small tensor-parallel all-reduce inside one NVLink domain runs on the
+        runtime's own kernel when that is faster than NCCL's (see :meth:`custom_all_reduce_s`)."""
+        nccl = float(task.time_s)
+        if (self.runtime is None or task.group != "tp" or int(task.extra.get("collective", 0)) != L.ALL_REDUCE
+                or self.strategy.tp > self.ctx.cluster.nvlink_domain_size):
+            return nccl
+        size = float(task.size_bytes)
+        if size > self.runtime.custom_ar_max_bytes:
+            return nccl
+        return min(nccl, self.custom_all_reduce_s(size))
+
+    def custom_all_reduce_s(self, size_bytes: float) -> float:
+        """The serving runtimes' all-reduce for small messages inside an NVLink domain (vLLM's and
+        SGLang's ``custom_all_reduce``, TensorRT-LLM's one-shot/two-shot ``AllReduce``): one-shot, each
+        GPU reads its ``n - 1`` peers' buffers over NVLink; two-shot, a reduce-scatter then an
+        all-gather, each moving ``(n - 1) / n`` of the buffer; whichever is faster, plus the kernel's
+        fixed latency ``runtime.custom_ar_s`` (a few barrier flag exchanges over NVLink)."""
+        n = self.strategy.tp
+        bw = self.gpu.nvlink_bandwidth_bytes_per_s * DEFAULT.nvlink_efficiency
+        one_shot = (n - 1) * size_bytes / bw
+        two_shot = 2.0 * (n - 1) / n * size_bytes / bw
+        return self.runtime.custom_ar_s + min(one_shot, two_shot)
 
     # ------------------------------------------------------------------ attention
     def attention_s(self, group: GroupBatch) -> float:

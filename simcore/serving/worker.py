@@ -6,9 +6,9 @@ A step is formed on the host, then runs through the ``pp`` pipeline stages (each
 up to ``pp`` steps are in flight, as vLLM's virtual engines and SGLang's PP micro-batches are); its
 tokens are emitted when it leaves the last stage.
 
-Host time per step (``RuntimeProfile.step_host_s``) either runs before the step it prepares
-(synchronous runtimes) or overlaps the previous step's GPU work (SGLang and TensorRT-LLM's overlap
-schedulers): consecutive steps then start at least ``step_host_s`` apart. The GPU time of a step,
+Host time per step (:meth:`RuntimeProfile.host_s`: a fixed part plus a part per sequence in the step)
+either runs before the step it prepares (synchronous runtimes) or overlaps the previous step's GPU work
+(SGLang and TensorRT-LLM's overlap schedulers): consecutive steps then start at least that far apart. The GPU time of a step,
 CUDA graph or eager, is :meth:`StepCost.gpu_times`.
 """
 
@@ -88,9 +88,9 @@ class Worker:
         else:
             yield from self._loop_pipeline()
 
-    def _host_start(self):
+    def _host_start(self, picks):
         """Wait out the host time of the step about to start (see the module docstring)."""
-        host = self.runtime.step_host_s
+        host = self.runtime.host_s(sum(len(p) for p in picks))
         if self.runtime.overlap_host:  # prepared while the previous step ran
             start = max(self.env.now, self._host_free)
             self._host_free = start + host
@@ -107,7 +107,7 @@ class Worker:
                 self._wake = self.env.event()
                 yield self._wake
                 continue
-            yield from self._host_start()
+            yield from self._host_start(picks)
             for pick in picks:
                 self._busy.update(r.rid for r, _ in pick)
             times = self._stage_times(picks)
@@ -129,7 +129,7 @@ class Worker:
                 continue
             run = self._decode_run(picks)
             if run <= 1:
-                yield from self._host_start()
+                yield from self._host_start(picks)
                 t = sum(self._stage_times(picks))
                 self.steps += 1
                 yield self.env.timeout(t)
@@ -159,7 +159,7 @@ class Worker:
     def _decode_steps(self, picks, run: int):
         sums = [float(sum(r.kv_tokens + 1 for r, _ in pick)) for pick in picks]
         sizes = [len(pick) for pick in picks]
-        host, overlap = self.runtime.step_host_s, self.runtime.overlap_host
+        host, overlap = self.runtime.host_s(sum(len(p) for p in picks)), self.runtime.overlap_host
         start = max(self.env.now, self._host_free) if overlap else self.env.now + host
         starts, ends = [], []
         for j in range(run):

@@ -57,7 +57,8 @@ def model_preset(model_path: str) -> str | None | ModelConfigError:
     or the error naming an architecture the cost model refuses."""
     try:
         path = model_path.strip()
-        return preset_for(path) or preset_for(path.split("/")[-1]) or preset_for(re.sub(r"-fp8$", "", path, flags=re.I))
+        name = path.split("/")[-1]
+        return preset_for(path) or preset_for(name) or preset_for(re.sub(r"-fp8$", "", name, flags=re.I))
     except ModelConfigError as exc:
         return exc
 
@@ -122,6 +123,9 @@ def map_row(row: dict) -> RowCase:
     if isinstance(workload, str):
         case.skip = workload
         return case
+    if row.get("mode") == "disagg" and not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
+        case.skip = "layout: a disaggregated row without worker counts (the pools' sizes are unknown)"
+        return case
     if row.get("mode") == "disagg":
         pools = [_pool(row, p, case.concurrency, model.is_moe) for p in ("prefill_", "decode_")]
     else:
@@ -132,9 +136,6 @@ def map_row(row: dict) -> RowCase:
             return case
     plan = ServingPlan.aggregated(pools[0].strategy, pools[0].workers, pools[0].max_num_seqs) if len(pools) == 1 \
         else ServingPlan.disaggregated(*pools)
-    if any(p.strategy.tp > 8 for _, p in plan.pools):
-        case.skip = "layout: tensor parallelism across nodes (tp > 8) is not modelled"
-        return case
     nodes = max(1, -(-plan.gpus // 8))
     case.model, case.plan = preset, plan
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=8 * nodes, nvlink_domain_size=8))
