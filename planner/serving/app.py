@@ -175,7 +175,7 @@ def _write(out: Path, cfg, ctx, ev, answer, rows, per_slo, summary, info, scfg) 
         return
     plan = {"scenario": cfg.scenario, "model": cfg.model.name, "topology": OmegaConf.to_container(cfg.topology),
             "serving": {k: v for k, v in OmegaConf.to_container(cfg.serving).items() if k not in ("plan", "search")},
-            "serving_plan": answer.plan.to_dict()}
+            "meets_slo": bool(answer.meets), "serving_plan": answer.plan.to_dict()}
     atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
     gpn = int(ev.graph.graph.get("gpus_per_node", 0)) if ev.graph is not None else ctx.cluster.nvlink_domain_size
     for target in SERVING_TARGETS:

@@ -72,7 +72,7 @@ class ServingAppConfig:
     """What arrives: ``concurrency`` closed-loop clients, else ``rate`` requests/s (Poisson) when set,
     else a ``trace`` CSV (``arrival_s,input_len,output_len``) when set. ``isl`` / ``osl``: prompt and
     output tokens (``isl_std`` / ``osl_std`` > 0 draw them lognormally with that std); ``num_requests``
-    (``null``: twice the concurrency, at least 256; 1000 for Poisson; the whole trace); ``runtime``:
+    (``null``: twice the concurrency, at least 256; 500 for Poisson; the whole trace); ``runtime``:
     ``vllm`` | ``sglang`` | ``trtllm``; SLOs on the mean TTFT and TPOT in ms (``null``: none);
     ``network``: KV hand-offs of disaggregated plans as flows on the topology (else idle-fabric time)."""
 
@@ -117,7 +117,7 @@ def build_serving_config(s, load: float = 1.0):
         if s.trace:
             arrival, n_default = "trace", len(read_trace(str(s.trace)))
         elif s.rate is not None:
-            arrival, n_default = "poisson", 1000
+            arrival, n_default = "poisson", 500
         else:
             arrival, n_default = "closed", max(2 * int(s.concurrency) * max(load, 1.0), 256)
         concurrency = max(int(round(int(s.concurrency) * load)), 1) if int(s.concurrency) >= 1 else int(s.concurrency)
