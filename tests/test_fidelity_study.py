@@ -186,3 +186,65 @@ def test_a_simulator_exception_becomes_a_row_error(monkeypatch):
     monkeypatch.setattr(simcore.engine, "simulate", boom)
     out = fidelity._simulate_one(("dense-70b-1node", (8, 1, 1, 1, 8, 1) + (0,) * 12, True))
     assert out["error"] == "RuntimeError: preempted" and out["step_time_s"] != out["step_time_s"]
+
+
+# --- three-way fidelity: proxy, simulator and measurement (validation/studies/fidelity_measured.py) ---
+
+def _three_way_row(measured, proxy, sim, regime="inference", split="test"):
+    from validation.studies.fidelity_measured import _row
+
+    return _row(regime, "f.csv:2", split, "case", "time_s", measured, proxy, sim, "contention", "because")
+
+
+def test_three_way_row_names_the_closer_only_where_the_two_differ():
+    near = _three_way_row(100.0, 100.0, 104.0)  # 4% apart: not a departure
+    assert not near["differ"] and near["closer"] == "" and near["cause"] == ""
+    sim_closer = _three_way_row(110.0, 100.0, 108.0)
+    assert sim_closer["differ"] and sim_closer["closer"] == "simulator" and sim_closer["cause"] == "contention"
+    assert sim_closer["proxy_rel_error"] == pytest.approx(-1 / 11) and sim_closer["sim_over_proxy"] == pytest.approx(0.08)
+    assert _three_way_row(100.0, 101.0, 90.0)["closer"] == "proxy"
+
+
+def test_three_way_summary_counts_by_regime_and_split(tmp_path):
+    from validation.studies.fidelity_measured_report import BEGIN, END, summarize, write_section
+
+    rows = [_three_way_row(110.0, 100.0, 108.0), _three_way_row(100.0, 101.0, 90.0, split="fit"),
+            _three_way_row(100.0, 100.0, 100.0, regime="collectives")]
+    s = summarize(rows)
+    inf = s["regimes"]["inference"]
+    assert (inf["all"]["rows"], inf["all"]["differ"], inf["all"]["sim_closer"], inf["all"]["proxy_closer"]) == (2, 2, 1, 1)
+    assert inf["fit"]["rows"] == 1 and inf["test"]["rows"] == 1 and inf["all"]["causes"] == {"contention": 2}
+    assert s["headline"]["collectives_differ"] == 0 and s["headline"]["rows"] == 3
+    report = tmp_path / "report.md"
+    report.write_text("# Fidelity\n\nkept text\n")
+    write_section(report, s, rows)
+    write_section(report, s, rows)  # a second run replaces the section, it does not add one
+    text = report.read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1 and "kept text" in text
+    assert "| inference | fit | 1 |" in text and "| inference | test | 1 |" in text
+
+
+def test_three_way_rows_from_the_shipped_data_are_labelled_and_explained():
+    from validation.studies.fidelity_measured import collective_rows, deepep_rows, inference_rows
+
+    rows = collective_rows(limit=2) + deepep_rows(limit=2) + inference_rows(limit=2)
+    assert {r["regime"] for r in rows} == {"collectives", "deepep", "inference"}
+    assert all(r["split"] in ("fit", "test") for r in rows)
+    assert all(r["measured"] > 0 and r["proxy"] > 0 and r["sim"] > 0 for r in rows)
+    for r in rows:
+        assert (r["cause"] != "") == r["differ"]  # every departure is explained, no other row is
+    deepep = [r for r in rows if r["regime"] == "deepep"]
+    assert all(r["sim_deepep"] > 0 for r in deepep)  # DeepEP's per-rank formula on the same routing draw
+    assert all(r["cause"] in ("", "skew", "algorithm") for r in deepep)
+
+
+def test_quick_run_has_the_three_way_section(quick_run):
+    from validation.studies.fidelity_measured_report import BEGIN
+
+    out, _, _, proc = quick_run
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    three = last["headline"]["three_way"]
+    assert three["study"] == "fidelity-measured" and three["deepep_rows"] > 0 and three["inference_rows"] > 0
+    assert BEGIN in (out / "report.md").read_text()
+    with open(out / "measured.csv") as fh:
+        assert {r["split"] for r in csv.DictReader(fh)} <= {"fit", "test"}

@@ -176,9 +176,10 @@ def _settings(quick: bool, given: dict) -> dict:
 
 def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = None, strategies: int | None = None,
         seed: int = 0, quick: bool = False, large_strategies: int | None = None, search_budget: int | None = None,
-        workers: int | None = None, explain_top: int | None = None) -> dict:
+        workers: int | None = None, explain_top: int | None = None, measured: bool = True) -> dict:
     """Run the study, write its files into ``out_dir``, return the summary (``None`` = the quick or full
-    default of that setting)."""
+    default of that setting). ``measured``: also the three-way section against measurements
+    (:mod:`.fidelity_measured`, on its first rows per file when ``quick``), ``headline["three_way"]``."""
     from validation.studies.fidelity_report import write_outputs
 
     opts = _settings(quick, {"scenarios": tuple(scenarios) if scenarios else None, "strategies": strategies,
@@ -193,8 +194,13 @@ def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = Non
         n = min(opts["strategies"], opts["large_strategies"]) if large else opts["strategies"]
         rows += _scenario(name, int(n), seed, int(opts["search_budget"]), int(opts["workers"]),
                           int(opts["explain_top"]))
-    return write_outputs(rows, Path(out_dir), opts | {"seed": seed, "quick": quick, "k_rerank": K_RERANK,
-                                                      "large": LARGE, "large_gpus": LARGE_GPUS})
+    summary = write_outputs(rows, Path(out_dir), opts | {"seed": seed, "quick": quick, "k_rerank": K_RERANK,
+                                                         "large": LARGE, "large_gpus": LARGE_GPUS})
+    if measured:
+        from validation.studies import fidelity_measured
+
+        summary["headline"]["three_way"] = fidelity_measured.run(out_dir, quick=quick)["headline"]
+    return summary
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -206,11 +212,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--search-budget", type=int, help="PPO proposals for the trajectory (200)")
     parser.add_argument("--workers", type=int, help="simulation processes (2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-measured", action="store_true", help="skip the three-way section")
     parser.add_argument("--out", default="outputs/fidelity", help="output directory")
     args = parser.parse_args(argv)
     names = [n for part in args.scenarios or [] for n in part.split(",") if n]
     summary = run(args.out, names or None, args.strategies, args.seed, args.quick, args.large_strategies,
-                  args.search_budget, args.workers)
+                  args.search_budget, args.workers, measured=not args.no_measured)
     print(json.dumps(summary["headline"]))
     return summary
 

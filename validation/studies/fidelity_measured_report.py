@@ -1,0 +1,95 @@
+"""Summary and report section of the three-way fidelity (:mod:`.fidelity_measured`).
+
+:func:`summarize` counts, per regime and split, the rows, the median |error| of proxy and simulator
+against the measurement, the rows where the two differ by more than 5%, and which of the two is
+closer there, with the causes named. :func:`write_section` puts the section into a ``report.md``
+between two markers, replacing an earlier one, so the fidelity study's own report keeps its text.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["BEGIN", "END", "summarize", "section", "write_section"]
+
+BEGIN = "<!-- three-way fidelity: begin (python -m validation.studies.fidelity_measured) -->"
+END = "<!-- three-way fidelity: end -->"
+REGIMES = ("collectives", "deepep", "inference")
+
+
+def _median_abs(values: list[float]) -> float | None:
+    return round(statistics.median(abs(v) for v in values), 4) if values else None
+
+
+def _group(rows: list[dict]) -> dict:
+    differ = [r for r in rows if r["differ"]]
+    out = {"rows": len(rows), "proxy_median_abs_error": _median_abs([r["proxy_rel_error"] for r in rows]),
+           "sim_median_abs_error": _median_abs([r["sim_rel_error"] for r in rows]),
+           "differ": len(differ), "sim_closer": sum(r["closer"] == "simulator" for r in differ),
+           "proxy_closer": sum(r["closer"] == "proxy" for r in differ),
+           "causes": dict(Counter(r["cause"] for r in differ).most_common())}
+    alt = [r for r in rows if r.get("sim_deepep_rel_error") not in (None, "")]
+    if alt:
+        out["sim_deepep_median_abs_error"] = _median_abs([r["sim_deepep_rel_error"] for r in alt])
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per regime, per split and pooled: see the module doc. ``headline``: the pooled counts."""
+    per = {}
+    for regime in REGIMES:
+        mine = [r for r in rows if r["regime"] == regime]
+        if mine:
+            per[regime] = {"all": _group(mine)} | {s: _group([r for r in mine if r["split"] == s])
+                                                   for s in ("fit", "test") if any(r["split"] == s for r in mine)}
+    headline = {"study": "fidelity-measured", "rows": len(rows),
+                **{f"{g}_{k}": per[g]["all"][k] for g in per for k in ("rows", "differ", "sim_closer", "proxy_closer")},
+                **{f"{g}_median_abs_error_proxy_sim": [per[g]["all"]["proxy_median_abs_error"],
+                                                       per[g]["all"]["sim_median_abs_error"]] for g in per}}
+    return {"regimes": per, "headline": headline}
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def section(summary: dict, rows: list[dict], worst: int = 12) -> str:
+    """The report section (markdown)."""
+    lines = [BEGIN, "## Proxy, simulator and measurement (three-way)", "",
+             "Every measured row priced by the proxy's closed form and by the simulator "
+             "(`python -m validation.studies.fidelity_measured`; rows and causes in `measured.csv`). "
+             "Error = predicted / measured - 1; *differ*: |sim / proxy - 1| > 5%; there, *closer* says "
+             "which of the two is nearer the measurement. `fit` rows calibrated a constant, `test` rows did not.", "",
+             "| regime | split | rows | proxy median abs error | simulator median abs error | differ > 5% | "
+             "simulator closer | proxy closer | causes |", "|---|---|---|---|---|---|---|---|---|"]
+    for regime, groups in summary["regimes"].items():
+        for split, g in groups.items():
+            causes = ", ".join(f"{c} {n}" for c, n in g["causes"].items()) or "-"
+            lines.append(f"| {regime} | {split} | {g['rows']} | {_pct(g['proxy_median_abs_error'])} | "
+                         f"{_pct(g['sim_median_abs_error'])} | {g['differ']} | {g['sim_closer']} | "
+                         f"{g['proxy_closer']} | {causes} |")
+    differ = sorted((r for r in rows if r["differ"]), key=lambda r: -abs(r["sim_over_proxy"]))
+    if differ:
+        lines += ["", f"Largest departures (of {len(differ)}):", "",
+                  "| regime | split | case | metric | measured | proxy err | sim err | sim/proxy - 1 | closer | cause | why |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in differ[:worst]:
+            lines.append(f"| {r['regime']} | {r['split']} | {r['case']} | {r['metric']} | {r['measured']:.4g} | "
+                         f"{r['proxy_rel_error']:+.1%} | {r['sim_rel_error']:+.1%} | {r['sim_over_proxy']:+.1%} | "
+                         f"{r['closer']} | {r['cause']} | {r['why']} |")
+    return "\n".join(lines + ["", END]) + "\n"
+
+
+def write_section(path: Path, summary: dict, rows: list[dict]) -> None:
+    """Put :func:`section` into ``path`` (created if missing), replacing the one between the markers."""
+    text = path.read_text() if path.exists() else ""
+    new = section(summary, rows)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + new.rstrip("\n") + rest.split(END, 1)[1]
+    else:
+        text = (text.rstrip("\n") + "\n\n" if text else "") + new
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
