@@ -37,7 +37,7 @@ from simcore.serving import LengthDist, ServingConfig, simulate_serving
 from simcore.workload import Workload
 from topologies import build_topology
 
-__all__ = ["CASES", "Case", "compare", "main"]
+__all__ = ["CASES", "DEFAULT_CASES", "Case", "compare", "methods_table", "main"]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,11 @@ CASES = {
     "deepseek-8node-c192": Case("deepseek-v3", "h100-ib-rail", 8, "sglang", 4096, 512, 2000.0, 50.0, 192),
     "small-dense": Case("llama-3.1-8b", "hgx-h100", 1, "vllm", 512, 128, 500.0, 20.0, 8,
                         max_num_seqs=(8, 16, 32, 64, 128)),
+    # for --methods-on: a space whose optimum is neither the heuristic nor the smallest plan
+    "dense-70b-1node": Case("llama-3.1-70b", "hgx-h100", 1, "vllm", 2048, 256, 1000.0, 30.0, 64, requests_per_client=4,
+                            max_num_seqs=(16, 32, 64, 128)),
 }
+DEFAULT_CASES = ("deepseek-8node", "deepseek-8node-c192", "small-dense")
 
 
 def _scenario(case: Case, requests_per_client: int):
@@ -178,7 +182,7 @@ def methods_table(name: str, budget: int, seeds: int) -> dict:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), choices=list(CASES))
     ap.add_argument("--method", default="ppo")
     ap.add_argument("--budget", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
