@@ -12,6 +12,8 @@ all-to-all-v (:mod:`.alltoallv`), always as flows, and ends with its slowest pai
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import simpy
 
@@ -68,6 +70,12 @@ class LaneComm:
         self._queue: list[tuple] = []
         self._busy: set[str] = set()
         self._releasing: set[str] = set()
+        self._queued = False  # arrivals queued since the last grant pass
+        self._takers_cache: dict[tuple[int, ...], frozenset] = {}
+        self._costs: dict[tuple, float | None] = {}
+        # (lane, kind) whose every communicator has no other participating lane
+        self._solo = {key: all(self.participants[g] == {key[0]} for g in gids)
+                      for key, gids in self.lane_groups.items()}
         self._release_pending = False
         self._seq = 0
         self.executor = None  # set by LaneExecutor: SMs held while a collective runs
@@ -87,11 +95,21 @@ class LaneComm:
         # a dispatch or combine with nothing for this rank still meets its EP group (others may send)
         if op.size_bytes <= 0 and not (op.group == "ep" and self.work is not None):
             return
-        done = [self._arrive(gid, lane, op, microbatch, step) for gid in self.lane_groups.get((lane, op.group), [])]
-        if done:
-            yield env.all_of(done)
-            return min(ev.value for ev in done)  # when the first of its collectives launched
-        return None
+        gids = self.lane_groups.get((lane, op.group), [])
+        if not gids:
+            return None
+        if self._solo.get((lane, op.group)):  # no other lane takes part: no rendezvous to wait for
+            self._seq += 1
+            done = [env.event()]
+            self._queue.append((step * 10_000 + microbatch, self._seq, tuple(gids), op, step, done[0]))
+            self._queued = True
+        else:
+            done = [self._arrive(gid, lane, op, microbatch, step) for gid in gids]
+        if self._queued:  # one grant pass for everything this lane's arrival completed
+            self._queued = False
+            self._dispatch()
+        yield env.all_of(done)
+        return min(ev.value for ev in done)  # when the first of its collectives launched
 
     def _arrive(self, gid: int, lane: int, op, microbatch: int, step: int) -> simpy.Event:
         key = (gid, op.name, op.layer, microbatch, step)
@@ -102,36 +120,68 @@ class LaneComm:
         if not entry[0]:
             del self._pending[key]
             self._seq += 1
-            self._queue.append((step * 10_000 + microbatch, self._seq, gid, op, step, entry[1]))
-            self._dispatch()
+            self._queue.append((step * 10_000 + microbatch, self._seq, (gid,), op, step, entry[1]))
+            self._queued = True
         return entry[1]
 
+    def _takers_of(self, gids: tuple[int, ...]) -> frozenset:
+        out = self._takers_cache.get(gids)
+        if out is None:
+            out = self._takers_cache[gids] = frozenset().union(*(self.takers[g] for g in gids))
+        return out
+
     def _dispatch(self) -> None:
-        """Start every queued collective whose lanes are all free, earliest (step, microbatch) first
-        (the priority the executor's streams use)."""
+        """Start every queued collective whose GPUs are all free, earliest (step, microbatch) first
+        (the priority the executor's streams use). Collectives of one op that take the same
+        idle-fabric cost start as one timeout (a lane standing for many GPUs runs many at once)."""
         self._queue.sort(key=lambda q: q[:2])
-        waiting = []
+        waiting, batches = [], {}
         for item in self._queue:
-            gpus = self.takers[item[2]]
+            prio, _, gids, op, step, done = item
+            gpus = self._takers_of(gids)
             if gpus & self._busy:
                 waiting.append(item)
+                continue
+            self._busy |= gpus
+            costs = [self._idle_cost(g, op, step) for g in gids]
+            if len(gids) == 1 and costs[0] is not None:
+                batch = batches.setdefault((prio, op.name, op.layer, costs[0]), ([], op, step, [], []))
+                batch[0].append(gids[0])
+                batch[3].append(done)
+                batch[4].append(costs[0])
             else:
-                self._busy |= gpus
-                self.env.process(self._launch(*item[2:]))
+                self.env.process(self._launch(list(gids), op, step, [done], costs))
+        for gids, op, step, dones, costs in batches.values():
+            self.env.process(self._launch(gids, op, step, dones, costs))
         self._queue = waiting
 
-    def _launch(self, gid: int, op, step: int, done: simpy.Event):
+    def _launch(self, gids: list[int], op, step: int, dones: list, costs: list):
+        """Run collectives ``gids`` of ``op``: as flows where the cost is None, else that idle cost."""
         # a lane standing for several GPUs holds, per GPU, the SMs of the collectives its GPUs run
-        sms = self.kernel_sms_of(gid, op) if self.executor is not None and self.num_sms else 0
-        held = {lane: sms * share for lane, share in self.sm_share[gid].items()} if sms else {}
+        sms = self.kernel_sms_of(gids[0], op) if self.executor is not None and self.num_sms else 0
+        held: dict[int, float] = {}
+        for gid in gids if sms else ():
+            for lane, share in self.sm_share[gid].items():
+                held[lane] = held.get(lane, 0.0) + sms * share
         start = self.env.now
         for lane, n in held.items():
             self.executor._hold_sms(lane, n)
-        yield from self._collective(gid, op, step)
+        waits = [self.env.process(self._flows(g, op, step)) for g, c in zip(gids, costs, strict=True) if c is None]
+        idle = max((c for c in costs if c is not None), default=0.0)
+        if self.record:
+            for g, c in zip(gids, costs, strict=True):
+                if c:
+                    self.analytic_log.append((self.groups[g][1], op.collective, self._size(g, op, step), start,
+                                              start + c))
+        if idle > 0:
+            waits.append(self.env.timeout(idle))
+        if waits:
+            yield self.env.all_of(waits)
         for lane, n in held.items():
             self.executor._hold_sms(lane, -n)
-        done.succeed(start)
-        self._release_late(self.takers[gid])
+        for done in dones:
+            done.succeed(start)
+        self._release_late(self._takers_of(tuple(gids)))
 
     def _release_late(self, gpus: frozenset) -> None:
         """Free the GPUs' streams after every other event of this instant (all collectives that end
@@ -152,24 +202,45 @@ class LaneComm:
         self._releasing, self._release_pending = set(), False
         self._dispatch()
 
-    def _collective(self, gid: int, op, step: int):
-        kind, ranks = self.groups[gid]
-        pairs = self._pair_bytes(gid, op, step) if kind == "ep" and op.collective == "all_to_all" else None
-        if pairs is not None and not np.all(pairs == pairs.flat[0]) and not self.analytic_only:
-            self.flows_run += 1
+    def _a2a_pairs(self, gid: int, op, step: int) -> np.ndarray | None:
+        kind = self.groups[gid][0]
+        return self._pair_bytes(gid, op, step) if kind == "ep" and op.collective == "all_to_all" else None
+
+    def _size(self, gid: int, op, step: int) -> float:
+        pairs = self._a2a_pairs(gid, op, step)
+        return op.size_bytes if pairs is None else float(pairs.max()) * len(self.groups[gid][1])
+
+    def _idle_cost(self, gid: int, op, step: int) -> float | None:
+        """The idle-fabric cost of this collective, or None when it must run as flows (it contends,
+        or it is an all-to-all-v whose pairs differ). Memoized: a decode step repeats its ops."""
+        key = (gid, op.name, op.layer, op.size_bytes, op.duration_s,
+               step if self.work is not None and self.work.step_dependent else 0)
+        if key not in self._costs:
+            self._costs[key] = self._cost(gid, op, step)
+        return self._costs[key]
+
+    def _cost(self, gid: int, op, step: int) -> float | None:
+        kind = self.groups[gid][0]
+        pairs = self._a2a_pairs(gid, op, step)
+        if not self.analytic_only and (self.contended[gid]
+                                       or (pairs is not None and not np.all(pairs == pairs.flat[0]))):
+            return None
+        # contention off prices every collective as the lowering does (the proxy's check)
+        shape = self.packed[kind] if self.analytic_only else self.shapes[gid]
+        # the lowering's own price where it priced this very shape (it may use another algorithm,
+        # e.g. DeepEP's kernels under sim.routing.a2a=deepep)
+        if pairs is None and shape == self.packed[kind]:
+            return op.duration_s
+        return idle_cost_s(self.ctx, op.collective, self._size(gid, op, step), shape)
+
+    def _flows(self, gid: int, op, step: int):
+        ranks = self.groups[gid][1]
+        pairs = self._a2a_pairs(gid, op, step)
+        self.flows_run += 1
+        if pairs is not None and not np.all(pairs == pairs.flat[0]):
             yield self.env.process(run_alltoallv(self.env, self.network, self.ctx, ranks, pairs))
-        elif self.contended[gid]:
-            self.flows_run += 1
-            yield run_collective(self.env, self.network, op.collective, op.size_bytes, ranks, **self.kwargs)
         else:
-            # contention off prices every collective as the lowering does (the proxy's check)
-            size = op.size_bytes if pairs is None else float(pairs.max()) * len(ranks)
-            shape = self.packed[kind] if self.analytic_only else self.shapes[gid]
-            cost = idle_cost_s(self.ctx, op.collective, size, shape)
-            if cost > 0:
-                if self.record:
-                    self.analytic_log.append((ranks, op.collective, size, self.env.now, self.env.now + cost))
-                yield self.env.timeout(cost)
+            yield run_collective(self.env, self.network, op.collective, op.size_bytes, ranks, **self.kwargs)
 
     def _pair_bytes(self, gid: int, op, step: int) -> np.ndarray | None:
         """Bytes each member sends each other member in this dispatch (combine: the reverse)."""
@@ -203,10 +274,21 @@ def all_groups(placement) -> list[tuple[str, list[str]]]:
             for ranks in placement.groups(kind, p)]
 
 
+_FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> {(groups, seed): flags}
+
+
 def contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
     """Per communicator, whether another one shares a link with it and no participating GPU (one
     that shares a participant can never run at the same time: one communication stream per GPU;
-    a send's participant is its sender)."""
+    a send's participant is its sender). Memoized per graph, communicators and routing seed."""
+    key = (tuple((k, tuple(r)) for k, r in groups), network.seed)
+    cache = _FLAGS.setdefault(graph, {})
+    if key not in cache:
+        cache[key] = _contention_flags(graph, network, groups)
+    return cache[key]
+
+
+def _contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
     link_sets = [_links(graph, network, r) for _, r in groups]
     takers = [set(r[:1]) if k == "pp" else set(r) for k, r in groups]
     users: dict = {}
