@@ -43,7 +43,10 @@ class PlannerConfig(SpaceConfig):
     elite records after each network, see :meth:`planner.search.PPOSearch._polish`).
     Baselines: ``t0`` initial annealing temperature (percent of the reference throughput);
     ``population``, ``tournament``, ``elitism``, ``mutation`` (per head; ``null`` = 1 / heads) for
-    the genetic algorithm. Re-ranking: the ``rerank_k`` best distinct strategies by ``reranker``.
+    the genetic algorithm. Re-ranking: the ``rerank_k`` best distinct strategies by ``reranker``;
+    ``rerank_pool`` > 0 puts the simulator in the loop (:mod:`planner.simloop`): of the ``rerank_pool``
+    best, the top ``rerank_k`` and those a proxy correction learned on them picks are simulated, at most
+    ``rerank_budget``, memoized in the run dir's ``sims.jsonl``.
     ``reference_lines``: also compute the Megatron and exact optima for the search curve.
     """
 
@@ -80,6 +83,8 @@ class PlannerConfig(SpaceConfig):
     mutation: float | None = None
     rerank_k: int = 16
     reranker: str = "sim"
+    rerank_pool: int = 0
+    rerank_budget: int = 48
     reference_lines: bool = True
 
 
@@ -94,7 +99,7 @@ def check_planner(p) -> None:
     if p.name not in PLANNERS:
         raise ConfigError(f"planner.name: {p.name!r} is not one of {', '.join(PLANNERS)}")
     for name in ("budget", "T", "chunks", "elite_prior_every", "num_steps", "update_epochs", "population", "tournament",
-                 "rerank_k", "d_model", "n_heads", "hidden"):
+                 "rerank_k", "rerank_budget", "d_model", "n_heads", "hidden"):
         if getattr(p, name) < 1:
             bad(name, "must be >= 1")
     if not 0.0 < p.tau <= 1.0:
@@ -113,6 +118,8 @@ def check_planner(p) -> None:
         bad("mutation", "must be in [0, 1] or null")
     if p.d_model % p.n_heads:
         bad("n_heads", f"must divide planner.d_model ({p.d_model})")
+    if p.rerank_pool < 0:
+        bad("rerank_pool", "must be >= 0 (0 = re-rank the top rerank_k only)")
     if p.reranker not in RERANKERS:
         raise ConfigError(f"planner.reranker: {p.reranker!r} is not one of {', '.join(RERANKERS)}")
 

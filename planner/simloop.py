@@ -24,6 +24,7 @@ by an earlier round, seed or run are not simulated again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SimMemo", "ProxyCorrection", "LoopResult", "plan_features", "sim_in_the_loop"]
+__all__ = ["SimMemo", "ProxyCorrection", "LoopResult", "plan_features", "sim_in_the_loop", "rerank_search_loop",
+           "scenario_fingerprint"]
 
 FEATURES = ("bias", "compute_share", "comm_share", "bubble_share", "log_tp", "log_ep", "log_pp", "log_mb",
             "log_dp")
@@ -155,3 +157,44 @@ def sim_in_the_loop(keys: np.ndarray, proxy_values: np.ndarray, features: np.nda
         todo = rest[better][np.argsort(-optimistic[better], kind="stable")][:min(batch, left)].tolist()
     best = max(sim, key=lambda i: (sim[i], -i)) if sim and max(sim.values()) > 0 else None
     return LoopResult(best, list(sim), sim, rounds, model.rmse)
+
+
+def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: Callable, cache: str | Path | None = None,
+                       fingerprint: str = "") -> list:
+    """:func:`planner.rerank.rerank_search` with the simulator in the loop: the search's ``pool`` best
+    distinct plans, the top ``k`` and the acquisitions of :func:`sim_in_the_loop` simulated (at most
+    ``budget``), memoized in ``cache``; returns the simulated plans as ``Reranked``, best first."""
+    from simcore.proxy import evaluate
+
+    from .megatron import canonical_key, strategy_from_key
+    from .rerank import Reranked, _score
+
+    def canon(key):
+        return canonical_key(key, ctx.model)
+
+    first = result.top_valid(k, canon)  # what plain re-ranking simulates (elite included): the seed
+    seen = {key for key, _ in first}
+    top = first + [(key, v) for key, v in result.top_valid(pool, canon) if key not in seen]
+    if not top:
+        return []
+    keys = np.array([key for key, _ in top], dtype=np.int64)
+    proxy = np.array([value for _, value in top], dtype=float)
+    feats = []
+    for key in keys:
+        p = evaluate(ctx, strategy_from_key(key))
+        feats.append(plan_features(key, p.by_category, p.step_time_s))
+    memo = SimMemo(lambda key: _score(evaluator(strategy_from_key(key))), cache, fingerprint)
+    loop = sim_in_the_loop(keys, proxy, np.array(feats), memo, budget=max(budget, len(first)), seed=len(first))
+    out = [Reranked(strategy_from_key(keys[i]), float(proxy[i]), i + 1, *memo(keys[i])) for i in loop.simulated]
+    out.sort(key=lambda r: (not r.valid, -r.tokens_per_s_per_gpu, r.proxy_rank))
+    for i, r in enumerate(out, 1):
+        r.rank = i
+    return out
+
+
+def scenario_fingerprint(config: dict, reranker: str = "sim") -> str:
+    """A stable tag of what a simulation depends on: the config's model, hardware, topology, workload
+    and sim groups (plain dicts) and the re-ranker; a memo line of another tag is not reused."""
+    parts = {g: config.get(g) for g in ("model", "hardware", "topology", "workload", "sim")}
+    tag = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return tag if reranker == "sim" else f"{tag}:{reranker}"

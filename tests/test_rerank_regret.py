@@ -141,3 +141,23 @@ def test_loop_rejects_bad_budget_and_skips_invalid_plans():
     assert out.best != 0
     none = sim_in_the_loop(keys, proxy, features, lambda key: (5.0, False), budget=4)
     assert none.best is None
+
+
+def test_shard_search_with_the_simulator_in_the_loop_memoizes_in_the_run_dir(tmp_path):
+    from tests.test_apps import app
+
+    args = ["experiment=dense-70b-1node", "planner=megatron", "planner.rerank_k=3", "planner.rerank_pool=40",
+            "planner.rerank_budget=6", "planner.reference_lines=false", f"hydra.run.dir={tmp_path}"]
+    proc = app("search", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    lines = (tmp_path / "sims.jsonl").read_text().splitlines()
+    assert 3 <= len(results["top"]) == len(lines) <= 6  # the top 3 and acquisitions, within budget
+    assert {r["proxy_rank"] for r in results["top"]} >= {1, 2, 3}
+    best = max(r["tokens_per_s_per_gpu"] for r in results["top"] if r["valid"])
+    assert results["reranked_tokens_per_s_per_gpu"] == pytest.approx(best)
+    again = app("search", *args, cwd=tmp_path)  # same run dir: every plan comes from the memo
+    assert again.returncode == 0 and len((tmp_path / "sims.jsonl").read_text().splitlines()) == len(lines)
+    bad = app("search", "experiment=dense-70b-1node", "planner.rerank_pool=-1", f"hydra.run.dir={tmp_path / 'b'}",
+              cwd=tmp_path)
+    assert bad.returncode == 2 and "planner.rerank_pool" in bad.stderr

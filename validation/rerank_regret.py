@@ -18,7 +18,6 @@ ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import time
 from pathlib import Path
@@ -42,8 +41,9 @@ def regret(pick_value: float, best_value: float) -> float:
 def _fingerprint(cfg) -> str:
     from omegaconf import OmegaConf
 
-    parts = {g: OmegaConf.to_container(cfg[g], resolve=True) for g in ("model", "hardware", "topology", "workload", "sim")}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    from planner.simloop import scenario_fingerprint
+
+    return scenario_fingerprint(OmegaConf.to_container(cfg, resolve=True))
 
 
 def _simulator(ctx, cfg):

@@ -107,7 +107,14 @@ def run(cfg: DictConfig) -> dict:
     started = time.perf_counter()
     graph = build_graph(cfg.topology, cfg.hardware) if cfg.planner.reranker == "sim" else None
     reranker = make_reranker(ctx, cfg.planner.reranker, graph, build_engine_config(cfg.sim))
-    reranked = rerank_search(ctx, result, int(cfg.planner.rerank_k), reranker)
+    if cfg.planner.rerank_pool > 0:  # the simulator in the loop (planner/simloop.py), memoized in the run dir
+        from planner.simloop import rerank_search_loop, scenario_fingerprint
+
+        reranked = rerank_search_loop(ctx, result, int(cfg.planner.rerank_pool), int(cfg.planner.rerank_k),
+                                      int(cfg.planner.rerank_budget), reranker, out / "sims.jsonl",
+                                      scenario_fingerprint(config, cfg.planner.reranker))
+    else:
+        reranked = rerank_search(ctx, result, int(cfg.planner.rerank_k), reranker)
     rerank_s = time.perf_counter() - started
     megatron, exact = _references(ctx, space, cfg, result)
     ops = tuple(op for op in SEARCHABLE_OPS if op_applies(ctx.model, op))
