@@ -135,14 +135,17 @@ def build_serving_config(s, load: float = 1.0):
 def build_serving_context(cfg):
     """Cost context of a serving run: the scenario's model and cluster, ``workload.precision``, and
     the ``serving`` lengths (the lowering's reference lengths; each step is priced at its own)."""
-    from simcore.config import build_cluster, build_engine_config
+    from omegaconf import OmegaConf
+
+    from simcore.config import build_cluster, build_engine_config, build_workload
     from simcore.lowering import CostContext
     from simcore.models import get_model
-    from simcore.workload import Workload
 
     s = cfg.serving
-    workload = Workload(phase="decode", precision=str(cfg.workload.precision), input_len=int(s.isl),
-                        output_len=int(s.osl))
+    # the scenario's workload fields (precision, ...) with the serving lengths; SLOs live in serving.*
+    workload = build_workload(OmegaConf.merge(cfg.workload, {"phase": "decode", "input_len": int(s.isl),
+                                                             "output_len": int(s.osl), "ttft_slo_ms": None,
+                                                             "tpot_slo_ms": None}))
     routing = build_engine_config(cfg.sim).routing if "sim" in cfg else None
     return CostContext(model=get_model(cfg.model.name), workload=workload,
                        cluster=build_cluster(cfg.topology, cfg.hardware), routing=routing)
