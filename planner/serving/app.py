@@ -8,7 +8,9 @@ best plans of each mode at every load of ``serving.search.loads``, and writes in
   heuristic's best, the closest misses when no plan meets the SLOs, times;
 - ``best_plan.yaml``: the plan (replay with ``shard-sim workload=serving plan=...``);
 - ``candidates.csv``: every simulated plan; ``pareto.csv`` / ``pareto.png``: tokens/s/GPU against
-  tokens/s/user across loads, front marked; ``best_per_slo.csv``: the best plan per TPOT target;
+  tokens/s/user across loads (every simulated plan at the configured load; the ``pareto_plans`` best
+  of each mode and up to twice that many of the configured load's front at every other load), front
+  marked; ``best_per_slo.csv``: the best plan per TPOT target;
 - ``launch_vllm.sh``, ``launch_sglang.sh``, ``launch_trtllm.sh`` (+ ``trtllm_*.yaml``).
 """
 
@@ -111,10 +113,13 @@ def run_serving_search(cfg) -> dict:
     heuristic = [ev.records[k] for k in keys if k in ev.records]
     heuristic_best = max((r for r in heuristic if r.meets), key=lambda r: r.tokens_per_s_per_gpu, default=None)
     t0 = time.perf_counter()
-    sweep = _best_per_mode(ev, int(search.pareto_plans))
     loads = [x for x in search.loads if float(x) != 1.0]
-    rows = [point(r.result, scfg, 1.0) for r in ranked]
-    rows += sweep_loads(ctx, [r.plan for r in sweep], scfg, loads, graph=graph, runtime=get_runtime(scfg.runtime))
+    rows = mark_front([point(r.result, scfg, 1.0) for r in ranked])
+    # the best plans of each mode and those on the configured load's front go to every other load
+    sweep = [r.plan for r in _best_per_mode(ev, int(search.pareto_plans))]
+    on_front = [r.plan for r, row in zip(ranked, rows, strict=True) if row["on_front"]]
+    sweep += [p for p in on_front if p not in sweep][: 2 * int(search.pareto_plans)]
+    rows += sweep_loads(ctx, sweep, scfg, loads, graph=graph, runtime=get_runtime(scfg.runtime))
     rows = mark_front(rows)
     pareto_s = time.perf_counter() - t0
     grid = sorted({float(x) for x in search.tpot_grid_ms} | ({float(s.tpot_slo_ms)} if s.tpot_slo_ms else set()))
