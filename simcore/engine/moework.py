@@ -1,10 +1,10 @@
 """Per-rank MoE work for the per-GPU engine: each EP rank's expert load, the tokens every pair of
 ranks exchanges, and each rank's own program.
 
-:func:`rank_work` is the one place the engine asks how tokens are routed. When :mod:`simcore.moe`
-provides ``draw_routing`` (per layer and decode step) it is used; otherwise the engine's own routing
-distribution (:func:`simcore.engine.routing.rank_loads`, one draw per run) gives every rank its load,
-and every sender spreads its token copies over the receivers in proportion to their loads.
+:func:`rank_work` is the one place the engine asks how tokens are routed: :mod:`simcore.moe`'s
+``draw_routing`` (per MoE layer and decode step, with the plan's redundant experts) when it exists;
+otherwise :func:`simcore.engine.routing.rank_loads` gives every rank its load and every sender
+spreads its token copies over the receivers in proportion to their loads.
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def _draw_routing():
 
 
 def rank_work(ctx, s: Strategy, cfg, tokens: float, layer: int, step: int) -> RankWork | None:
-    """Routing of MoE layer ``layer`` at decode step ``step``; None without expert parallelism."""
+    """Routing of MoE layer ``layer`` (0 = the first MoE layer) at decode step ``step``; None
+    without expert parallelism."""
     m = ctx.model
     if not m.is_moe or s.ep <= 1:
         return None
     draw = _draw_routing()
     if draw is not None:
-        d = draw(cfg.routing, m, s.ep, tokens, cfg.seed, layer, step)
+        d = draw(cfg.routing, m, s.ep, tokens, cfg.seed, layer, step, getattr(s, "redundant_experts", 0))
         pair = np.asarray(d.pair_tokens, dtype=float)
         received = pair.sum(axis=0)
         return RankWork(received / max(received.mean(), 1e-30), pair)
@@ -75,17 +76,32 @@ class RankPrograms:
         self._work: dict[tuple[int, int], RankWork | None] = {}
         self._programs: dict[tuple, list[StageProgram]] = {}
         self.step_dependent = _draw_routing() is not None
+        # program layer (as build_programs numbers them: per stage, dense then MoE) -> MoE layer index
+        from ..memory import stage_layers
+
+        dense, moe, _ = stage_layers(ctx.model, self._arrays.pp)
+        self._moe_index: dict[int, int] = {}
+        layer = 0
+        for p in range(s.pp):
+            layer += int(dense[0, p])
+            for _ in range(int(moe[0, p])):
+                self._moe_index[layer] = len(self._moe_index)
+                layer += 1
 
     def work(self, layer: int, step: int) -> RankWork | None:
-        key = (layer, step if self.step_dependent else 0)
+        """Routing of program layer ``layer`` (None for a dense layer)."""
+        moe = self._moe_index.get(layer)
+        if moe is None:
+            return None
+        key = (moe, step if self.step_dependent else 0)
         if key not in self._work:
-            self._work[key] = rank_work(self.ctx, self.s, self.cfg, self.tokens, layer, key[1])
+            self._work[key] = rank_work(self.ctx, self.s, self.cfg, self.tokens, moe, key[1])
         return self._work[key]
 
     def equal_loads(self, steps: int) -> bool:
         """Whether every rank has the same work in every MoE layer of ``steps`` steps."""
         for step in range(steps if self.step_dependent else 1):
-            for layer in range(self.ctx.model.num_layers):
+            for layer in self._moe_index:
                 w = self.work(layer, step)
                 if w is not None and not w.uniform:
                     return False
@@ -109,7 +125,7 @@ class RankPrograms:
             w = self.work(layer, step)
             return 1.0 if w is None else float(w.loads[e])
 
-        loads = tuple(load(layer) for layer in range(self.ctx.model.num_layers))
+        loads = tuple(load(layer) for layer in range(max(self._moe_index, default=-1) + 1))
         if loads not in self._programs:  # ranks with equal loads share one program
             self._programs[loads] = build_programs(self.ctx, self.s, self.phase, self.context,
                                                    moe_block=lambda layer: self._block(loads[layer]))
