@@ -32,10 +32,10 @@ class ModelConfig:
 
 @dataclass
 class HardwareConfig:
-    """``name``: GPU catalog entry; ``overrides``: calibrated GpuSpec fields to replace (e.g.
-    ``hbm_efficiency``)."""
+    """``name``: GPU catalog entry, or ``auto`` for the topology's GPU; ``overrides``: calibrated
+    GpuSpec fields to replace (e.g. ``hbm_efficiency``)."""
 
-    name: str = "h100-sxm"
+    name: str = "auto"
     overrides: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,14 +119,15 @@ def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
 
 
 def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):
-    """Cluster for the cost model; the GPU comes from the topology, efficiencies from ``hardware``."""
+    """Cluster for the cost model; the GPU comes from the topology, efficiencies from ``hardware``
+    (``hardware.name``: ``auto``, the default, takes the topology's GPU; a named GPU must match it)."""
     import dataclasses
 
     from .cluster import Cluster
     from .hardware import get_gpu
 
     cluster = Cluster.from_graph(build_graph(topology, hardware))
-    if hardware.name != cluster.gpu.name:
+    if hardware.name != "auto" and hardware.name != cluster.gpu.name:
         get_gpu(hardware.name)  # validates the name
         raise ConfigError(f"hardware.name: {hardware.name!r} differs from topology {topology.name!r} "
                           f"which is built of {cluster.gpu.name!r}")
