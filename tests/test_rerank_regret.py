@@ -161,3 +161,20 @@ def test_shard_search_with_the_simulator_in_the_loop_memoizes_in_the_run_dir(tmp
     bad = app("search", "experiment=dense-70b-1node", "planner.rerank_pool=-1", f"hydra.run.dir={tmp_path / 'b'}",
               cwd=tmp_path)
     assert bad.returncode == 2 and "planner.rerank_pool" in bad.stderr
+
+
+def test_rerank_regret_cli_prints_tables_and_one_json_line(tmp_path, capsys):
+    from validation.rerank_regret import main
+
+    args = ["--scenarios", "dense-70b-prefill", "--pool", "20", "--k", "4", "--budget", "6", "--out", str(tmp_path)]
+    headline = main(args)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert json.loads(out[-1]) == json.loads(json.dumps(headline))
+    assert any("before: re-rank top 4" in line for line in out)
+    before, after = headline["regret_before"]["dense-70b-prefill"], headline["regret_after"]["dense-70b-prefill"]
+    assert 0.0 <= after <= before <= 1.0  # the loop simulates the top k too: never worse
+    assert 4 <= headline["sims_after"]["dense-70b-prefill"] <= 6
+    lines = (tmp_path / "dense-70b-prefill" / "sims.jsonl").read_text().splitlines()
+    assert len(lines) == 20  # the whole pool simulated once, memoized
+    main(args)
+    assert len((tmp_path / "dense-70b-prefill" / "sims.jsonl").read_text().splitlines()) == 20

@@ -60,23 +60,27 @@ def _simulator(ctx, cfg):
     return one
 
 
-def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: bool = True) -> dict:
-    """Top-``pool`` by the proxy, all simulated (memoized under ``out``), regret before and after."""
+def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: bool = True,
+                 overrides: tuple[str, ...] = ()) -> dict:
+    """Top-``pool`` by the proxy, all simulated (memoized under ``out``), regret before and after;
+    ``overrides``: Hydra overrides on the scenario (``topology.oversubscription=2``)."""
     from planner.megatron import strategy_from_key
     from planner.simloop import SimMemo, plan_features, sim_in_the_loop
     from planner.topk import top_k
-    from simcore.config import build_space
+    from simcore.config import build_context, build_space
     from simcore.proxy import evaluate
     from validation.scenarios import scenario_config, scenario_context
 
-    cfg, ctx = scenario_config(name), scenario_context(name)
+    cfg = scenario_config(name, list(overrides))
+    ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim) if overrides else \
+        scenario_context(name)
     started = time.perf_counter()
     top = top_k(ctx, build_space(ctx, cfg.planner), pool)
     topk_s = time.perf_counter() - started
     proxies = [evaluate(ctx, strategy_from_key(key)) for key in top.keys]
     features = np.array([plan_features(key, p.by_category, p.step_time_s) for key, p in zip(top.keys, proxies,
                                                                                            strict=True)])
-    memo = SimMemo(_simulator(ctx, cfg), out / name / "sims.jsonl", _fingerprint(cfg))
+    memo = SimMemo(_simulator(ctx, cfg), out / name / "sims.jsonl", _fingerprint(cfg))  # tagged by config
     sim = np.zeros(len(top.keys))
     for i, key in enumerate(top.keys):
         value, valid = memo(key)
@@ -93,7 +97,7 @@ def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: 
     best = int(np.argmax(sim))
     before = int(np.argmax(sim[:k]))
     after = loop.best if loop.best is not None else before
-    return {"scenario": name, "gpus": int(ctx.cluster.num_gpus), "pool": int(len(top.keys)), "k": k,
+    return {"scenario": name + "".join(f" {o}" for o in overrides), "gpus": int(ctx.cluster.num_gpus), "pool": int(len(top.keys)), "k": k,
             "proxy_best": float(top.values[0]), "proxy_pool_last": float(top.values[-1]),
             "sim_best": float(sim[best]), "sim_best_proxy_rank": best + 1, "sim_best_plan": _plan(top.keys[best]),
             "pick_before": _plan(top.keys[before]), "sim_pick_before": float(sim[before]),
@@ -133,17 +137,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--k", type=int, default=16, help="re-ranked by shard-search (16)")
     parser.add_argument("--budget", type=int, default=48, help="simulations of the in-the-loop re-ranker (48)")
     parser.add_argument("--out", default="outputs/rerank_regret", help="run dir (the simulation cache)")
+    parser.add_argument("--set", action="append", default=[], metavar="OVERRIDE",
+                        help="Hydra override applied to every scenario, e.g. topology.oversubscription=2")
     args = parser.parse_args(argv)
     for field in ("pool", "k", "budget"):
         if getattr(args, field) < 1:
             parser.error(f"--{field} must be >= 1, got {getattr(args, field)}")
     rows = []
     for name in [n for n in args.scenarios.split(",") if n]:
-        rows.append(run_scenario(name, args.pool, args.k, args.budget, Path(args.out)))
+        rows.append(run_scenario(name, args.pool, args.k, args.budget, Path(args.out), overrides=tuple(args.set)))
         _print(rows[-1])
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "rows.json").write_text(json.dumps(rows, indent=1))
-    headline = {"target": TARGET, "pool": args.pool, "k": args.k, "budget": args.budget,
+    headline = {"target": TARGET, "pool": args.pool, "k": args.k, "budget": args.budget, "set": args.set,
                 "regret_before": {r["scenario"]: round(r["regret_before"], 4) for r in rows},
                 "regret_after": {r["scenario"]: round(r["regret_after"], 4) for r in rows},
                 "sims_after": {r["scenario"]: r["sims_after"] for r in rows},

@@ -11,8 +11,9 @@ both are compared with the measurement (``rel_error = predicted / measured - 1``
   uniform routing (:func:`validation.studies.moe.predict`, what the lowering prices under
   ``sim.routing.a2a=deepep``), simulator = what the per-GPU engine runs for an MoE exchange: a seeded
   sampled routing of the row's tokens, each pair's bytes as flows of the all-to-all-v
-  (:func:`simcore.engine.alltoallv.run_alltoallv`) on the row's GPUs; the same draw priced with
-  DeepEP's per-rank formula (:func:`simcore.moe.deepep.pair_times_s`) splits skew from algorithm;
+  (:func:`simcore.engine.alltoallv.run_alltoallv`) on the row's GPUs (the engine runs a non-uniform
+  exchange so whatever ``sim.routing.a2a`` says); the same draw priced with DeepEP's per-rank formula
+  (:func:`simcore.moe.deepep.pair_times_s`, column ``sim_deepep``) splits skew from algorithm;
 - **inference** (``inference_*.csv``): proxy = :func:`simcore.proxy.evaluate`, simulator =
   :func:`simcore.engine.simulate` (contention and overlap on), through
   :mod:`validation.studies.inference`'s row-to-strategy mapping.
