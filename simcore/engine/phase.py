@@ -18,10 +18,12 @@ from ..lowering import CostContext
 from ..strategy import Strategy
 from .alltoallv import pxn_relay
 from .comm import AnalyticComm, FlowComm
+from .contention import all_groups, contention_flags
 from .executor import Executor
+from .lane_executor import LaneExecutor
 from .lanes import Lane, build_lanes, symmetric_axes
 from .moework import RankPrograms, tokens_per_rank
-from .pergpu import LaneComm, LaneExecutor, all_groups, contention_flags
+from .pergpu import LaneComm
 from .placement import Placement
 from .pricing import reprice_programs
 from .program import build_programs
@@ -58,14 +60,14 @@ def _network(env, graph, cfg, record: bool):
 
 def choose_mode(ctx: CostContext, graph, s: Strategy, cfg) -> tuple[str, str, list[str]]:
     """``(mode, reason, merged axes)`` for ``cfg.mode``; ``auto`` folds only where that is exact."""
-    steps = cfg.decode_steps if ctx.workload.phase == "decode" else 1
-    work = RankPrograms(ctx, s, "prefill" if ctx.workload.phase != "decode" else "decode", None, cfg)
-    equal = work.equal_loads(steps)
-    placement = placement_of(graph, s, cfg.placement)
     if cfg.mode == "folded":
         return "folded", "sim.mode=folded (asked for; exact only where placement, fabric and routing are symmetric)", []
     if cfg.mode == "per-gpu" and not cfg.share_lanes:
         return "per-gpu", "sim.mode=per-gpu, one lane per GPU (sim.share_lanes=false)", []
+    steps = cfg.decode_steps if ctx.workload.phase == "decode" else 1
+    work = RankPrograms(ctx, s, "prefill" if ctx.workload.phase != "decode" else "decode", None, cfg)
+    equal = work.equal_loads(steps)
+    placement = placement_of(graph, s, cfg.placement)
     network = _network(simpy.Environment(), graph, cfg, False)
     groups = all_groups(placement)
     flags = contention_flags(graph, network, groups) if cfg.contention else [False] * len(groups)

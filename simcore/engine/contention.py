@@ -1,0 +1,63 @@
+"""Which communicators of a plan may contend: every link a communicator's flows may use, and whether
+another communicator that can run at the same time shares one (:func:`contention_flags`)."""
+
+from __future__ import annotations
+
+import weakref
+
+from .alltoallv import pxn_relay
+
+__all__ = ["all_groups", "contention_flags"]
+
+_KINDS = ("tp", "ep", "pp")
+
+
+def _links(graph, network, ranks: list[str]) -> set:
+    """Every link a flow among ``ranks`` may use: each pair's route, or its PXN detour."""
+    links: set = set()
+    for a in ranks:
+        for b in ranks:
+            if a == b:
+                continue
+            peer = pxn_relay(graph, a, b)
+            if peer is None or peer in (a, b):
+                links.update(network.path(a, b))
+            else:
+                links.update(network.path(a, peer))
+                links.update(network.path(peer, b))
+    return links
+
+
+def all_groups(placement) -> list[tuple[str, list[str]]]:
+    """Every communicator of the plan as ``(kind, ranks)``: tp and ep per stage, pp per stage pair."""
+    s = placement.s
+    return [(kind, ranks) for kind in _KINDS for p in range(s.pp - (1 if kind == "pp" else 0))
+            for ranks in placement.groups(kind, p)]
+
+
+_FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> {(groups, seed): flags}
+
+
+def contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
+    """Per communicator, whether another one shares a link with it and no participating GPU (one
+    that shares a participant can never run at the same time: one communication stream per GPU;
+    a send's participant is its sender). Memoized per graph, communicators and routing seed."""
+    key = (tuple((k, tuple(r)) for k, r in groups), network.seed)
+    cache = _FLAGS.setdefault(graph, {})
+    if key not in cache:
+        cache[key] = _contention_flags(graph, network, groups)
+    return cache[key]
+
+
+def _contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
+    link_sets = [_links(graph, network, r) for _, r in groups]
+    takers = [set(r[:1]) if k == "pp" else set(r) for k, r in groups]
+    users: dict = {}
+    for gid, links in enumerate(link_sets):
+        for link in links:
+            users.setdefault(link, []).append(gid)
+    out = []
+    for gid, links in enumerate(link_sets):
+        others = {h for link in links for h in users[link] if h != gid}
+        out.append(any(not (takers[gid] & takers[h]) for h in others))
+    return out
