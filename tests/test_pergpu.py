@@ -51,6 +51,7 @@ def _folded_equals_per_gpu(plans_per_topology: int) -> None:
                 assert ref.lanes == s.gpus
                 assert auto.step_time_s == pytest.approx(ref.step_time_s, rel=0.01), (topo, placement, s)
     assert folds > 0  # the comparison is not vacuous
+    print(f"auto folded {folds} of {len(TOPOLOGIES) * 2 * plans_per_topology} (plan, placement, topology) cases")
 
 
 def test_folded_equals_per_gpu_where_auto_folds():
