@@ -128,3 +128,31 @@ def test_unknown_mode_is_rejected_with_the_field_named():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sim.mode")
+
+
+def test_alltoallv_with_equal_pairs_is_the_direct_all_to_all_and_waits_for_its_largest_pair():
+    import simpy
+
+    from simcore.collectives.flows import run_collective
+    from simcore.engine.alltoallv import run_alltoallv
+    from simcore.network import FlowNetwork
+
+    ctx = make_ctx("mixtral-8x7b", 16, "decode")
+    graph = build_topology("h100-ib-rail", num_nodes=2)
+    ranks = [f"gpu{k}" for k in (0, 1, 8, 9)]
+    chunk = 4e6
+
+    def run(make):
+        env = simpy.Environment()
+        net = FlowNetwork(env, graph)
+        proc = make(env, net)
+        env.run(until=proc)
+        return proc.value
+
+    direct = run(lambda env, net: run_collective(env, net, "all_to_all", chunk * 4, ranks, algorithm="direct"))
+    equal = run(lambda env, net: env.process(run_alltoallv(env, net, ctx, ranks, np.full((4, 4), chunk))))
+    assert equal == pytest.approx(direct, rel=1e-9)
+    hot = np.full((4, 4), chunk)
+    hot[:, 2] = 3 * chunk  # every rank sends three times as much to rank 2
+    skewed = run(lambda env, net: env.process(run_alltoallv(env, net, ctx, ranks, hot)))
+    assert skewed > 1.5 * direct
