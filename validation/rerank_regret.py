@@ -11,8 +11,11 @@ best distinct plans, exactly (:func:`planner.topk.top_k`), simulates every one o
 
 Simulated plans are memoized on disk, ``OUT/<scenario>/sims.jsonl`` (``--out``, default
 ``outputs/rerank_regret``), tagged with a fingerprint of the scenario's config, so a second run (or
-another budget) simulates nothing again. One process, one thread. Prints a table per scenario and
-ends with one JSON line.
+another budget) simulates nothing again. One process, one thread. ``--max-wall-s`` (900) bounds the
+time spent simulating one scenario's pool (the 1024-GPU scenarios take seconds to minutes per plan):
+past it the rest of the pool is left unsimulated, and the table says which sim/proxy ratio an
+unsimulated plan would need to change the answer against the largest ratio seen. ``--set`` applies
+Hydra overrides to every scenario. Prints a table per scenario and ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -61,9 +64,10 @@ def _simulator(ctx, cfg):
 
 
 def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: bool = True,
-                 overrides: tuple[str, ...] = ()) -> dict:
+                 overrides: tuple[str, ...] = (), max_wall_s: float = float("inf")) -> dict:
     """Top-``pool`` by the proxy, all simulated (memoized under ``out``), regret before and after;
-    ``overrides``: Hydra overrides on the scenario (``topology.oversubscription=2``)."""
+    ``overrides``: Hydra overrides on the scenario (``topology.oversubscription=2``); past ``max_wall_s``
+    the rest of the pool is left unsimulated and the bound it would have to beat is reported."""
     from planner.megatron import strategy_from_key
     from planner.simloop import SimMemo, plan_features, sim_in_the_loop
     from planner.topk import top_k
@@ -81,12 +85,15 @@ def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: 
     features = np.array([plan_features(key, p.by_category, p.step_time_s) for key, p in zip(top.keys, proxies,
                                                                                            strict=True)])
     memo = SimMemo(_simulator(ctx, cfg), out / name / "sims.jsonl", _fingerprint(cfg))  # tagged by config
-    sim = np.zeros(len(top.keys))
+    sim = np.full(len(top.keys), np.nan)  # NaN: not simulated (the wall limit came first)
     for i, key in enumerate(top.keys):
+        if time.perf_counter() - started > max_wall_s and tuple(int(v) for v in key) not in memo.cache:
+            continue  # cached plans are still read: a later run with more time goes further
         value, valid = memo(key)
         sim[i] = value if valid else 0.0
         if verbose and (i + 1) % 25 == 0:
             print(f"  {name}: simulated {i + 1}/{len(top.keys)} ({time.perf_counter() - started:.0f} s)", flush=True)
+    done = np.isfinite(sim)
     asked: list[tuple] = []
 
     def counted(key: tuple) -> tuple[float, bool]:
@@ -94,9 +101,16 @@ def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: 
         return memo(key)
 
     loop = sim_in_the_loop(top.keys, top.values, features, counted, budget=budget, seed=k)
-    best = int(np.argmax(sim))
-    before = int(np.argmax(sim[:k]))
+    for i in loop.simulated:  # the loop's own simulations count as ground truth too
+        sim[i] = loop.sim_values[i]
+    done = np.isfinite(sim)
+    score = np.where(done, sim, -np.inf)
+    best = int(np.argmax(score))
+    before = int(np.argmax(score[:k]))
     after = loop.best if loop.best is not None else before
+    ratios = sim[done & (sim > 0)] / top.values[done & (sim > 0)]
+    # an unsimulated plan changes the best only if its sim/proxy ratio beats best sim / its proxy value
+    need = float(sim[best] / top.values[~done].max()) if (~done).any() else None
     return {"scenario": name + "".join(f" {o}" for o in overrides), "gpus": int(ctx.cluster.num_gpus), "pool": int(len(top.keys)), "k": k,
             "proxy_best": float(top.values[0]), "proxy_pool_last": float(top.values[-1]),
             "sim_best": float(sim[best]), "sim_best_proxy_rank": best + 1, "sim_best_plan": _plan(top.keys[best]),
@@ -105,7 +119,8 @@ def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: 
             "pick_after": _plan(top.keys[after]), "sim_pick_after": float(sim[after]),
             "pick_after_proxy_rank": after + 1, "regret_after": regret(sim[after], sim[best]),
             "sims_after": len(asked), "rounds_after": loop.rounds, "correction_rmse": loop.rmse,
-            "sim_over_proxy_median": float(np.median(sim[sim > 0] / top.values[sim > 0])) if (sim > 0).any() else None,
+            "simulated": int(done.sum()), "sim_over_proxy_median": float(np.median(ratios)) if len(ratios) else None,
+            "sim_over_proxy_max": float(ratios.max()) if len(ratios) else None, "ratio_needed_by_unsimulated": need,
             "topk_s": topk_s, "wall_s": time.perf_counter() - started, "cache_hits": memo.hits,
             "simulated_now": memo.misses}
 
@@ -127,6 +142,10 @@ def _print(r: dict) -> None:
     print(f"  {'after: simulator in the loop':28s} {r['pick_after']:34s} {r['pick_after_proxy_rank']:7d} "
           f"{r['sim_pick_after']:14,.1f} {r['regret_after']:7.2%} {r['sims_after']:5d}")
     print(f"  ({r['wall_s']:.0f} s, {r['simulated_now']} simulated now, {r['cache_hits']} from the cache)")
+    if r["simulated"] < r["pool"]:
+        print(f"  only {r['simulated']} of {r['pool']} simulated (wall limit): an unsimulated plan could change the "
+              f"best only with sim/proxy above {r['ratio_needed_by_unsimulated']:.3f}; simulated plans reach at most "
+              f"{r['sim_over_proxy_max']:.3f}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -137,6 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--k", type=int, default=16, help="re-ranked by shard-search (16)")
     parser.add_argument("--budget", type=int, default=48, help="simulations of the in-the-loop re-ranker (48)")
     parser.add_argument("--out", default="outputs/rerank_regret", help="run dir (the simulation cache)")
+    parser.add_argument("--max-wall-s", type=float, default=900.0,
+                        help="per scenario: stop simulating the pool after this long (900; cached plans still count)")
     parser.add_argument("--set", action="append", default=[], metavar="OVERRIDE",
                         help="Hydra override applied to every scenario, e.g. topology.oversubscription=2")
     args = parser.parse_args(argv)
@@ -145,7 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(f"--{field} must be >= 1, got {getattr(args, field)}")
     rows = []
     for name in [n for n in args.scenarios.split(",") if n]:
-        rows.append(run_scenario(name, args.pool, args.k, args.budget, Path(args.out), overrides=tuple(args.set)))
+        rows.append(run_scenario(name, args.pool, args.k, args.budget, Path(args.out), overrides=tuple(args.set),
+                                 max_wall_s=args.max_wall_s))
         _print(rows[-1])
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "rows.json").write_text(json.dumps(rows, indent=1))
@@ -153,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "regret_before": {r["scenario"]: round(r["regret_before"], 4) for r in rows},
                 "regret_after": {r["scenario"]: round(r["regret_after"], 4) for r in rows},
                 "sims_after": {r["scenario"]: r["sims_after"] for r in rows},
+                "simulated_of_pool": {r["scenario"]: r["simulated"] for r in rows},
                 "above_target_before": [r["scenario"] for r in rows if r["regret_before"] > TARGET],
                 "above_target_after": [r["scenario"] for r in rows if r["regret_after"] > TARGET]}
     print(json.dumps(headline))
