@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["SimMemo", "ProxyCorrection", "LoopResult", "plan_features", "sim_in_the_loop", "rerank_search_loop",
-           "scenario_fingerprint"]
+           "scenario_fingerprint", "code_fingerprint"]
 
 FEATURES = ("bias", "compute_share", "comm_share", "bubble_share", "log_tp", "log_ep", "log_pp", "log_mb",
             "log_dp")
@@ -192,9 +192,26 @@ def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: C
     return out
 
 
+def code_fingerprint() -> str:
+    """Hash of the simulator's and topologies' source files as they are on disk (edits included, so a
+    memo never answers for a simulator that has changed since)."""
+    import simcore
+    import topologies
+
+    h = hashlib.sha256()
+    for package in (simcore, topologies):
+        root = Path(package.__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def scenario_fingerprint(config: dict, reranker: str = "sim") -> str:
     """A stable tag of what a simulation depends on: the config's model, hardware, topology, workload
-    and sim groups (plain dicts) and the re-ranker; a memo line of another tag is not reused."""
+    and sim groups (plain dicts), the simulator's code (:func:`code_fingerprint`) and the re-ranker;
+    a memo line of another tag is not reused."""
     parts = {g: config.get(g) for g in ("model", "hardware", "topology", "workload", "sim")}
     tag = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    tag = f"{tag}-{code_fingerprint()}"
     return tag if reranker == "sim" else f"{tag}:{reranker}"

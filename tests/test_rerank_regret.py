@@ -178,3 +178,13 @@ def test_rerank_regret_cli_prints_tables_and_one_json_line(tmp_path, capsys):
     assert len(lines) == 20  # the whole pool simulated once, memoized
     main(args)
     assert len((tmp_path / "dense-70b-prefill" / "sims.jsonl").read_text().splitlines()) == 20
+
+
+def test_fingerprint_follows_the_scenario_and_the_simulators_code():
+    from planner.simloop import code_fingerprint, scenario_fingerprint
+
+    a = {"model": {"name": "llama-3.1-70b"}, "topology": {"num_nodes": 1}, "sim": {"contention": True}}
+    assert scenario_fingerprint(a) == scenario_fingerprint(dict(a))  # stable across calls and processes
+    assert scenario_fingerprint(a) != scenario_fingerprint(a | {"topology": {"num_nodes": 2}})
+    assert scenario_fingerprint(a).endswith(code_fingerprint())
+    assert scenario_fingerprint(a, "proxy") != scenario_fingerprint(a)
