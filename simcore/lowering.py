@@ -24,6 +24,7 @@ import numpy as np
 from . import layout as L
 from .cluster import Cluster, group_ranks_per_domain
 from .collectives import collective_time_s
+from .host import kernel_fixed_s
 from .kernels import attention_time_s, gemm_time_s, memory_time_s
 from .models import ModelSpec
 from .opgraph import REPLICATED, SEARCHABLE_OPS, input_layout, model_ops, output_layout
@@ -142,6 +143,8 @@ class _Lowerer:
         self.s = _scalar_view(s) if self.scalar else s
         self.xp = SCALAR if self.scalar else np
         self.m, self.w, self.gpu = ctx.model, ctx.workload, ctx.cluster.gpu
+        if ctx.workload.cuda_graphs:  # replayed kernels: no launch, only ramp-up and tail (simcore.host)
+            self.gpu = self.gpu.with_overrides(kernel_overhead_s=kernel_fixed_s(self.gpu, ctx.workload))
         self.ops = model_ops(ctx.model)
         v = self.s
         self.t = float(v.tp) if self.scalar else v.tp.astype(float)
@@ -387,9 +390,8 @@ class _Lowerer:
         size = self.xp.select([out == L.S_FEAT, out == L.P], [seq_tokens * 8.0 * self.t, seq_tokens * vocab * self.act],
                          seq_tokens * 4.0)
         sample = self._coll("sample", "lm_head", "tp", coll, size)
-        host = self.gpu.iteration_overhead_s if self.scalar else np.full(len(self.s), self.gpu.iteration_overhead_s)
-        runtime = Task("runtime", "runtime", "host", host)  # per forward pass, outside any kernel
-        return [conv, head, sample, runtime]
+        # the host's time per step is not a task of a microbatch: simcore.host charges it once per step
+        return [conv, head, sample]
 
     def p2p(self) -> list[Task]:
         """Activation sent to the next pipeline stage (each TP rank sends what it holds)."""

@@ -10,6 +10,10 @@ The proxy is the simulator with contention and overlap switched off: it sums the
   midpoint rule over ``STATIC_SAMPLES`` equal segments of the output (the step cost is piecewise
   linear in context, so the error is bounded by the kinks; ``tests/test_proxy.py`` bounds it).
 
+The host's time per step (:mod:`simcore.host`) is charged once per step, a prefill pass or a decode
+step of every microbatch: ``step + host`` for a synchronous runtime, ``max(step, host)`` for an
+overlapped one; an eager runtime's stage takes at least its kernels times its launch cost.
+
 MoE skew: with a routing config on the context (``ctx.routing``), every MoE layer is priced at the
 expected load of its busiest expert rank under that routing (:func:`simcore.moe.expected_max_load`,
 with the strategy's redundant experts), so a search sees skew and what replicas buy back.
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .host import launch_floor, with_host
 from .lowering import CostContext, StrategyArrays, Task, lower
 from .memory import bit, memory_per_gpu_bytes, reason_names, stage_layers, structural_reasons
 from .strategy import Strategy
@@ -87,11 +92,13 @@ def _stage_counts(ctx: CostContext, s: StrategyArrays) -> dict[str, np.ndarray]:
             "last": stages == last, "p2p": (stages < last) & in_stage}
 
 
-def _stage_times(blocks: dict[str, list[Task]], counts: dict[str, np.ndarray]) -> np.ndarray:
-    total = 0.0
+def _stage_times(blocks: dict[str, list[Task]], counts: dict[str, np.ndarray], launch_s: float = 0.0) -> np.ndarray:
+    total, kernels = 0.0, 0.0
     for name, tasks in blocks.items():
         total = total + counts[name] * _block_time(tasks)[:, None]
-    return total
+        if launch_s > 0:  # kernels a stage launches per microbatch (tasks that cost something)
+            kernels = kernels + counts[name] * sum(t.count * (t.time_s > 0) for t in tasks)[:, None]
+    return launch_floor(total, kernels, launch_s)
 
 
 def _expert_load(ctx: CostContext, s: StrategyArrays, phase: str):
@@ -107,13 +114,13 @@ def _expert_load(ctx: CostContext, s: StrategyArrays, phase: str):
 
 def _phase(ctx, s, counts, phase: str, context=None):
     blocks = lower(ctx, s, phase, context, _expert_load(ctx, s, phase))
-    stage = _stage_times(blocks, counts)
+    stage = _stage_times(blocks, counts, ctx.workload.launch_s)
     mb = s.microbatches
     if phase == "prefill":
-        time = stage.sum(axis=1) + (mb - 1) * stage.max(axis=1)
+        gpu = stage.sum(axis=1) + (mb - 1) * stage.max(axis=1)
     else:
-        time = np.maximum(mb * stage.max(axis=1), stage.sum(axis=1))
-    return time, stage, blocks
+        gpu = np.maximum(mb * stage.max(axis=1), stage.sum(axis=1))
+    return with_host(gpu, ctx.cluster.gpu.iteration_overhead_s, ctx.workload.host_overlap), stage, blocks
 
 
 def _static_contexts(w) -> np.ndarray:
@@ -165,10 +172,12 @@ def evaluate_batch(ctx: CostContext, strategies) -> BatchResult:
 
 
 def _breakdown(phases, mb: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Critical-stage tasks of each phase (times microbatches) and its bubble, weighted; one strategy."""
+    """Critical-stage tasks of each phase (times microbatches), its bubble and its host time (what the
+    host adds to the step beyond the GPU's), weighted; one strategy."""
     by_op: dict[str, float] = {}
     by_cat: dict[str, float] = {}
-    for _phase_name, weight, time, stage, blocks, counts in phases:
+    for phase_name, weight, time, stage, blocks, counts in phases:
+        prefill = phase_name == "prefill"
         crit = int(np.argmax(stage[0]))
         for name, tasks in blocks.items():
             n = float(counts[name][0, crit]) * mb * weight
@@ -179,7 +188,12 @@ def _breakdown(phases, mb: int) -> tuple[dict[str, float], dict[str, float]]:
                 by_op[task.op] = by_op.get(task.op, 0.0) + t
                 cat = f"comm:{task.group}" if task.is_comm else "compute"
                 by_cat[cat] = by_cat.get(cat, 0.0) + t
-        by_cat["bubble"] = by_cat.get("bubble", 0.0) + (float(time[0]) - mb * float(stage[0, crit])) * weight
+        gpu = float(stage[0].sum()) + (mb - 1) * float(stage[0, crit]) if prefill else \
+            max(mb * float(stage[0, crit]), float(stage[0].sum()))
+        host = float(time[0]) - gpu
+        by_op["host"] = by_op.get("host", 0.0) + host * weight
+        by_cat["host"] = by_cat.get("host", 0.0) + host * weight
+        by_cat["bubble"] = by_cat.get("bubble", 0.0) + (gpu - mb * float(stage[0, crit])) * weight
     return by_op, by_cat
 
 

@@ -40,6 +40,18 @@ class Workload:
     #: XQA) load each KV head once for its whole group; > 0: a masked-MHA kernel with one thread
     #: block per query head (TensorRT-LLM before XQA), whose re-reads L2 only partly catches.
     decode_kv_reread: float = 0.0
+    #: How the runtime launches kernels (:mod:`simcore.host`). ``True``: CUDA-graph replay, each kernel's
+    #: fixed cost ``RuntimeProfile.graph_kernel_s`` (vLLM, SGLang, TensorRT-LLM's PyTorch backend in
+    #: decode). ``False`` (default): eager launches at ``GpuSpec.kernel_overhead_s`` each, as the static
+    #: inference rows ran: TensorRT-LLM's C++ benchmarks (``gptSessionBenchmark``, ``gptManagerBenchmark``)
+    #: launch eagerly from C++ unless ``--enable_cuda_graph`` is passed, which none of those rows names.
+    cuda_graphs: bool = False
+    #: Host launch cost per kernel outside a graph (s): a stage takes at least its kernels times this.
+    #: 0: a C++ runtime, whose launches stay under each kernel's fixed cost; Python eager: 6e-6.
+    launch_s: float = 0.0
+    #: Whether the host prepares step ``k + 1`` while step ``k`` runs (a step takes ``max(GPU, host)``)
+    #: instead of between steps (``GPU + host``). TensorRT-LLM's C++ session loop is synchronous.
+    host_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -52,6 +64,8 @@ class Workload:
             raise ValueError(f"workload.output_len must be a positive integer, got {self.output_len!r}")
         if not 0.0 <= self.decode_kv_reread <= 1.0:
             raise ValueError(f"workload.decode_kv_reread must be in [0, 1], got {self.decode_kv_reread!r}")
+        if not (self.launch_s >= 0 and math.isfinite(self.launch_s)):
+            raise ValueError(f"workload.launch_s must be finite and >= 0, got {self.launch_s!r}")
         if self.expert_weight_bytes is not None and not 0 < self.expert_weight_bytes <= self.weight_bytes:
             raise ValueError(f"workload.expert_weight_bytes must be in (0, {self.weight_bytes}], "
                              f"got {self.expert_weight_bytes!r}")

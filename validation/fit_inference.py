@@ -1,16 +1,23 @@
-"""Fit the two runtime parameters the kernel and collective fits cannot see, on fit rows only.
+"""Fit the runtime parameters the kernel and collective fits cannot see, on fit rows only.
 
 ``python -m validation.fit_inference [--data PATH ...]``
 
-* ``GpuSpec.iteration_overhead_s``: the host/runtime time of a forward pass (scheduling, sampling,
-  launch gaps between kernels), on every usable row;
+* ``GpuSpec.iteration_overhead_s``: the host's time per step (scheduling, sampling, input
+  preparation), charged once per step (a prefill pass, a decode step of every microbatch) beside the
+  GPU's (:mod:`simcore.host`), on every usable row;
+* ``NcclConstants.launch_overhead_s``: what the runtime adds to each collective beyond NCCL's own
+  latency, fitted jointly with the host time. The collectives fit cannot see it: every row there is
+  charged the per-call cost of the harness that measured it (nccl-tests, XLA, torch.distributed;
+  :mod:`validation.studies.collectives.harness`), and none of them is a serving runtime; searched within the
+  harnesses' range (``LAUNCH_GRID_S``);
 * ``MMHA_KV_REREAD`` (``validation.studies.inference``, a ``Workload.decode_kv_reread``): the fraction
   of a KV head each further query head of its group re-reads from HBM under TensorRT-LLM's masked-MHA
   decode kernel (before XQA), on the rows that run it.
 
 Each is the grid value with the lowest median |log(predicted / measured)| of the proxy: the re-read
-at the catalog's overhead, then the overhead at that re-read. Two scalars for all rows, never
-per-row factors. The data must be
+at the catalog's values, then the host time and the collective launch cost jointly at that re-read.
+Three scalars for all rows, never per-row factors. The rows are TensorRT-LLM's C++ benchmarks, eager
+launches (``Workload.cuda_graphs`` false) and a synchronous step loop (``host_overlap`` false). The data must be
 fit rows (``validation/split.py``): a test row is a one-line error. Ends with one JSON line.
 """
 
@@ -26,15 +33,21 @@ from pathlib import Path
 
 import numpy as np
 
+from simcore.collectives import DEFAULT
 from simcore.proxy import evaluate
 from validation.split import refuse_test_rows
 from validation.studies import inference
+from validation.studies.collectives.harness import HARNESS_OVERHEAD_S
 from validation.studies.inference import _metric, decode_kv_reread, parse_row
 
 __all__ = ["main", "fit", "fit_reread"]
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "inference_calibration.csv"
 OVERHEAD_GRID_S = np.arange(0.0, 6.01e-3, 0.25e-3)
+#: The collective launch cost is a runtime's per-call cost, the kind of thing each measuring harness adds
+#: (validation.studies.collectives.harness): searched between nccl-tests' 0 and the costliest harness measured,
+#: eager torch.distributed (Python + c10d per call); a C++ runtime should cost no more than that.
+LAUNCH_GRID_S = np.append(np.arange(0.0, HARNESS_OVERHEAD_S["torch"], 1.5e-6), HARNESS_OVERHEAD_S["torch"])
 REREAD_GRID = np.round(np.arange(0.0, 1.001, 0.05), 2)
 
 
@@ -53,14 +66,18 @@ def _cases(paths: list[Path]):
     return cases, skipped
 
 
-def _errors(cases, overhead_s: float, reread: float) -> list[float]:
-    """log(pred / meas) of every case with these two parameters."""
+def _errors(cases, overhead_s: float, reread: float, launch_s: float | None = None) -> list[float]:
+    """log(pred / meas) of every case with these parameters (``launch_s`` None: the catalog's)."""
     out = []
     for case, row in cases:
         gpu = case.ctx.cluster.gpu.with_overrides(iteration_overhead_s=overhead_s)
         # the row's runtime generation decides whether the re-read applies
         workload = dataclasses.replace(case.ctx.workload, decode_kv_reread=decode_kv_reread(row, case.ctx.model, reread))
-        ctx = dataclasses.replace(case.ctx, cluster=dataclasses.replace(case.ctx.cluster, gpu=gpu), workload=workload)
+        constants = case.ctx.collective_constants or DEFAULT
+        if launch_s is not None:
+            constants = constants.with_overrides(launch_overhead_s=launch_s)
+        ctx = dataclasses.replace(case.ctx, cluster=dataclasses.replace(case.ctx.cluster, gpu=gpu), workload=workload,
+                                  collective_constants=constants)
         out.append(math.log(_metric(case, evaluate(ctx, case.strategy)) / case.value))
     return out
 
@@ -69,11 +86,14 @@ def _median_abs(errors: list[float]) -> float:
     return statistics.median(abs(e) for e in errors)
 
 
-def fit(cases, grid_s=None, reread: float = 0.0) -> tuple[float, dict[float, float]]:
-    """The overhead with the lowest median |log error| at ``reread``, and the whole curve."""
+def fit(cases, grid_s=None, reread: float = 0.0, launch_grid_s=None) -> tuple[tuple[float, float], dict]:
+    """The (host time per step, collective launch cost) with the lowest median |log error| at
+    ``reread``, and the whole surface ``{(host, launch): error}``."""
     grid_s = OVERHEAD_GRID_S if grid_s is None else grid_s
-    curve = {float(g): _median_abs(_errors(cases, float(g), reread)) for g in grid_s}
-    return min(curve, key=curve.get), curve
+    launch_grid_s = LAUNCH_GRID_S if launch_grid_s is None else launch_grid_s
+    surface = {(float(g), float(c)): _median_abs(_errors(cases, float(g), reread, float(c)))
+               for c in launch_grid_s for g in grid_s}
+    return min(surface, key=surface.get), surface
 
 
 def fit_reread(cases, overhead_s: float, grid=None) -> tuple[float, dict[float, float]]:
@@ -101,20 +121,27 @@ def main(argv: list[str] | None = None) -> dict:
     cases, skipped = _cases(args.data)
     if not cases:
         raise SystemExit(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
-    # The re-read at the catalog's overhead (the value the study runs with), then the overhead the fit
-    # rows prefer at that re-read: the overhead's curve is flat (a few points over 0-6 ms), so fitting
-    # both jointly would let its noise move the re-read.
+    # The re-read at the catalog's values (those the study runs with), then the host time and the launch
+    # cost the fit rows prefer at that re-read: their surface is flat, so fitting all three jointly
+    # would let its noise move the re-read.
     catalog_s = cases[0][0].ctx.cluster.gpu.iteration_overhead_s
+    catalog_launch_s = (cases[0][0].ctx.collective_constants or DEFAULT).launch_overhead_s
     reread, reread_curve = fit_reread(cases, catalog_s)
-    overhead, curve = fit(cases, reread=reread)
-    for g, err in curve.items():
-        print(f"iteration_overhead {g * 1e3:5.2f} ms: median |error| {math.expm1(err):6.1%}"
-              + ("   <- best" if g == overhead else ""))
+    (overhead, launch), surface = fit(cases, reread=reread)
+    for g in sorted({g for g, _ in surface}):
+        err = surface[(g, launch)]
+        print(f"host per step {g * 1e3:5.2f} ms (launch {launch * 1e6:4.1f} us): median |error| "
+              f"{math.expm1(err):6.1%}" + ("   <- best" if g == overhead else ""))
+    for c in sorted({c for _, c in surface}):
+        g, err = min(((g, e) for (g, cc), e in surface.items() if cc == c), key=lambda x: x[1])
+        print(f"collective launch {c * 1e6:4.1f} us: best host {g * 1e3:4.2f} ms, median |error| "
+              f"{math.expm1(err):6.1%}" + ("   <- best" if c == launch else ""))
     for g, err in reread_curve.items():
         print(f"mmha kv reread {g:4.2f}: median |error| {math.expm1(err):6.1%} (masked-MHA rows)"
               + ("   <- best" if g == reread else ""))
-    errors = _errors(cases, overhead, reread)
+    errors = _errors(cases, overhead, reread, launch)
     figures = {"split": "fit", "iteration_overhead_s": overhead, "catalog_iteration_overhead_s": catalog_s,
+               "launch_overhead_s": launch, "catalog_launch_overhead_s": catalog_launch_s,
                "mmha_kv_reread": reread,
                "rows_used": len(cases), "rows_skipped": skipped,
                "mmha_rows": sum(_touched(c, r) for c, r in cases),

@@ -9,6 +9,7 @@ process per stage and microbatch instead of one per GPU.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..lowering import CostContext, StrategyArrays, Task, lower
@@ -77,6 +78,19 @@ def build_programs(ctx: CostContext, strategy: Strategy, phase: str, context_len
             tasks += [(t, -1) for t in blocks["last"]]
         else:
             tasks += [(t, -1) for t in blocks["p2p"]]
-        ops = [Op.from_task(t, i) for t, i in tasks]
+        ops = _launch_bound([Op.from_task(t, i) for t, i in tasks],
+                            sum(t.count for t, _ in tasks if float(t.time_s[0]) > 0), ctx.workload.launch_s)
         programs.append(StageProgram(p, [op for op in ops if not (op.is_comm and op.collective == "none")]))
     return programs
+
+
+def _launch_bound(ops: list[Op], kernels: int, launch_s: float) -> list[Op]:
+    """Eager launches (:func:`simcore.host.launch_floor`): when the stage's ``kernels`` launches take
+    longer than its ops, its compute ops stretch so the stage takes exactly the launches' time."""
+    total = sum(op.duration_s for op in ops)
+    compute = sum(op.duration_s for op in ops if not op.is_comm)
+    floor = kernels * launch_s
+    if launch_s <= 0 or floor <= total or compute <= 0:
+        return ops
+    scale = (floor - (total - compute)) / compute
+    return [op if op.is_comm else dataclasses.replace(op, duration_s=op.duration_s * scale) for op in ops]

@@ -13,7 +13,8 @@ __all__ = ["SimResult", "time_split"]
 class SimResult:
     """A simulated step. ``split[stage]`` breaks one step on each GPU of that stage into compute,
     exposed communication, bubble (waiting between its first and last op) and idle (before the
-    first or after the last op); the four sum to ``step_time_s``."""
+    first or after the last op) and host (what the host's time per step adds beyond the GPUs',
+    :mod:`simcore.host`); the five sum to ``step_time_s``."""
 
     strategy: object
     valid: bool

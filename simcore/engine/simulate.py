@@ -4,6 +4,9 @@ The step is built from the same lowered tasks as the proxy (:mod:`simcore.engine
 on SimPy with compute and communication streams (:mod:`simcore.engine.executor`), and its
 collectives either take their idle-fabric cost (for the communicator's real placement) or run as
 flows on the cluster's network. With contention and overlap both off it reproduces the proxy.
+The host's time per step (:mod:`simcore.host`) is not a GPU task: each simulated step (a prefill
+pass, a decode period of every microbatch) takes ``step + host`` (synchronous runtime) or
+``max(step, host)`` (overlapped), the proxy's closed form.
 
 Two modes (:mod:`simcore.engine.phase`): ``per-gpu`` runs every GPU as its own lane (its own
 program, streams and rendezvous collectives; lanes merge only along rank axes proven symmetric),
@@ -16,6 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..host import with_host
 from ..lowering import CostContext
 from ..proxy import STATIC_SAMPLES, evaluate
 from ..strategy import Strategy
@@ -78,16 +82,19 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
             return run_folded(ctx, graph, s, cfg, phase, context)
         return run_per_gpu(ctx, graph, s, cfg, phase, context, axes)
 
+    def _step(run):  # the host's time, once per simulated step, beside the GPU's (simcore.host)
+        return with_host(run.time_s, ctx.cluster.gpu.iteration_overhead_s, w.host_overlap)
+
     runs = []
     if w.phase == "decode":
         dec = _run_phase(ctx, graph, strategy, cfg, "decode")
         runs.append((dec, 1.0))
-        step, ttft, tpot, tokens = dec.time_s, float("nan"), dec.time_s, float(strategy.batch)
+        step, ttft, tpot, tokens = _step(dec), float("nan"), _step(dec), float(strategy.batch)
     else:
         pre = _run_phase(ctx, graph, strategy, cfg, "prefill")
         runs.append((pre, 1.0))
         if w.phase == "prefill":
-            step, ttft, tpot, tokens = pre.time_s, pre.time_s, float("nan"), float(strategy.batch * w.input_len)
+            step, ttft, tpot, tokens = _step(pre), _step(pre), float("nan"), float(strategy.batch * w.input_len)
         else:
             seg = w.output_len / STATIC_SAMPLES
             decode = 0.0
@@ -95,15 +102,15 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
                 context = w.input_len + (i + 0.5) * seg - 0.5
                 run = _run_phase(ctx, graph, strategy, cfg, "decode", context)
                 runs.append((run, seg))
-                decode += run.time_s * seg
-            step, ttft, tpot = pre.time_s + decode, pre.time_s, decode / w.output_len
+                decode += _step(run) * seg
+            step, ttft, tpot = _step(pre) + decode, _step(pre), decode / w.output_len
             tokens = float(strategy.batch * w.output_len)
     reasons = [r for r in proxy.reasons if r == "hbm_capacity"]
     if w.ttft_slo_s is not None and ttft == ttft and ttft > w.ttft_slo_s:
         reasons.append("ttft_slo")
     if w.tpot_slo_s is not None and tpot == tpot and tpot > w.tpot_slo_s:
         reasons.append("tpot_slo")
-    split = _stage_splits(strategy.pp, runs)
+    split = _stage_splits(strategy.pp, runs, _step)
     result.valid, result.reasons = not reasons, reasons
     result.step_time_s, result.ttft_s, result.tpot_s = step, ttft, tpot
     result.tokens_per_s = strategy.dp * tokens / step
@@ -123,11 +130,14 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
     return result
 
 
-def _stage_splits(pp: int, runs) -> list[dict[str, float]]:
+def _stage_splits(pp: int, runs, step) -> list[dict[str, float]]:
     """Per stage, the time split of its GPUs (mean over its lanes, weighted by the GPUs each stands
-    for), weighted over the phases."""
-    split = [dict.fromkeys(("compute", "exposed_comm", "bubble", "idle"), 0.0) for _ in range(pp)]
+    for), weighted over the phases; ``host``: what the host adds to each step (``step(run)``) beyond
+    the GPUs' time."""
+    split = [dict.fromkeys(("compute", "exposed_comm", "bubble", "idle", "host"), 0.0) for _ in range(pp)]
     for run, weight in runs:
+        for p in range(pp):
+            split[p]["host"] += (step(run) - run.time_s) * weight
         by_lane: dict[int, list] = {}
         for iv in run.intervals:
             by_lane.setdefault(iv.stage, []).append(iv)
