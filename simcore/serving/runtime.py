@@ -104,18 +104,19 @@ class RuntimeProfile:
         return dataclasses.replace(self, **changes)
 
 
-# step_host_s: fitted by `python -m validation.fit_serving` (fit half of the H200 serving sample);
-# the values below are that script's output, rounded.
+# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set of
+# the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
+# its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08). Everything else: the sources above.
 RUNTIMES: dict[str, RuntimeProfile] = {
-    "vllm": RuntimeProfile("vllm", "vllm", step_host_s=2.0e-3, overlap_host=False, graph_max_tokens=512,
+    "vllm": RuntimeProfile("vllm", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                            graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
-                           kv_block_tokens=16, mem_fraction=0.90),
+                           kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6),
     "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
-                             kv_block_tokens=1, mem_fraction=0.88),
-    "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
+                             kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6),
+    "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
-                             kv_block_tokens=32, mem_fraction=0.90),
+                             kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6),
 }
 
 
