@@ -14,10 +14,15 @@ from simcore.opgraph import CHOICES
 from simcore.proxy import evaluate
 from simcore.strategy import Strategy
 from simcore.workload import Workload
-from validation.studies.rewrites import Grid, fit_plan, run
-from validation.studies.rewrites_enum import Slot, classify, collective_diff, comm_slots, enumerate_rewrites
-from validation.studies.rewrites_report import headline
-from validation.studies.rewrites_terms import bus_bytes, changed_terms
+from validation.studies.rewrites import Grid, fit_plan, headline, run
+from validation.studies.rewrites.candidates import (
+    Slot,
+    classify,
+    collective_diff,
+    comm_slots,
+    enumerate_rewrites,
+)
+from validation.studies.rewrites.terms import bus_bytes, changed_terms
 
 H, FFN = 8192, 28672  # Llama-3.1-70B hidden and FFN sizes
 

@@ -11,7 +11,7 @@ rows it governs:
    phases (``nvls_fill_bytes``: the fill that makes mid-size NVLS slower than latency + S / bandwidth);
 2. on the rows below 1 MiB, the per-call overhead of each measuring harness (a base per harness with
    at least ``MIN_LATENCY_ROWS`` such rows, the others keep their prior, plus a per-device launch cost
-   shared by all; :mod:`validation.studies.harness`). The simulator's own ``launch_overhead_s`` (what
+   shared by all; :mod:`validation.studies.collectives.harness`). The simulator's own ``launch_overhead_s`` (what
    a serving framework pays per collective) is not fitted here; see ``NcclConstants``.
 3. per scale-out fabric (``ib``, ``efa``, ``roce``; :func:`validation.studies.collectives.fabric_of`), on
    the multi-node rows only: the NIC efficiency and the network pipeline fill (``net_fill_bytes``) on
@@ -41,7 +41,7 @@ from simcore.collectives.constants import FABRICS
 from simcore.hardware import get_gpu
 from validation.split import refuse_test_rows
 from validation.studies.collectives import DEFAULT_DATA, Case, load_rows, parse_row
-from validation.studies.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S
+from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S
 
 __all__ = ["FIT_PARAMS", "BANDWIDTH_PARAMS", "PIPELINE_PARAMS", "load_cases", "log_residuals", "fit",
            "fit_overheads", "fit_staged", "fit_fabrics", "fabric_params", "main"]

@@ -17,7 +17,7 @@ Combine moves the same tokens back, so it is the same formula at the combine's b
 
 Link rates are the GPU catalog's (:mod:`simcore.hardware`), so constants fitted on H800 (NVLink
 200 GB/s per direction) carry over to H100 (450 GB/s) as efficiencies; the NIC (400 Gb/s CX7) is
-the same on both. Constants: ``python -m validation.studies.moe_fit`` on the DeepEP README rows of
+the same on both. Constants: ``python -m validation.studies.moe.fit`` on the DeepEP README rows of
 2025-02-24 (``validation/data/ep_alltoall_deepep.csv``; the later README rows are the test set).
 """
 
@@ -35,7 +35,7 @@ MODES = ("normal", "low_latency")
 
 @dataclass(frozen=True)
 class DeepEPConstants:
-    """Fitted physical constants (SI; ``python -m validation.studies.moe_fit``, 20 rows of H800:
+    """Fitted physical constants (SI; ``python -m validation.studies.moe.fit``, 20 rows of H800:
     median |error| 1.3%). ``normal_latency_s`` is a prior: the normal-mode rows give bandwidths at
     4096 tokens only, where a fixed cost of microseconds does not show."""
 

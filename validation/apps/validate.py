@@ -45,7 +45,7 @@ class ValidateAppConfig:
 
 def _collectives(data: Path, out: Path, study) -> dict:
     from validation.studies import collectives
-    from validation.studies.harness import check_harness
+    from validation.studies.collectives.harness import check_harness
 
     try:
         check_harness(study.harness)
@@ -92,7 +92,7 @@ def _fidelity(out: Path, study) -> dict:
 
 def _rewrites(out: Path, study) -> dict:
     from validation.studies import rewrites
-    from validation.studies.rewrites_report import headline
+    from validation.studies.rewrites import headline
 
     scenarios = list(study.scenarios) if study.scenarios else None
     summary = rewrites.run(out, scenarios=scenarios, quick=bool(study.quick))

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from validation.studies.common import pyplot, save_figure
+
+from .outcome import outcome
+
 __all__ = ["crossover_plot", "panel_choice"]
 
 _MAX_PANELS = 6
@@ -12,8 +16,6 @@ _LABEL_CHARS = 64
 
 
 def _wins_losses(rows: list[dict]) -> tuple[int, int]:
-    from .rewrites_report import outcome
-
     kinds = [outcome(r["sim_ratio"]) for r in rows]
     return kinds.count("win"), kinds.count("loss")
 
@@ -53,11 +55,7 @@ def _short(label: str) -> str:
 
 def crossover_plot(rows: list[dict], path: Path) -> list[dict]:
     """Draw the panels; returns what each shows (for the summary)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     panels = panel_choice(rows)
     cols = 3 if len(panels) > 2 else max(len(panels), 1)
     nrows = max(1, -(-len(panels) // cols))
@@ -87,7 +85,5 @@ def crossover_plot(rows: list[dict], path: Path) -> list[dict]:
         axes.flat[0].text(0.5, 0.5, "no rewrite was evaluated", ha="center", va="center")
         axes.flat[0].set_visible(True)
     fig.suptitle("All-gather rewrites: simulator (solid) and proxy (dotted); above 1 the rewrite wins", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
     return shown

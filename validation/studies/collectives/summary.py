@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 
+from validation.studies.common import split_kind
+
 __all__ = ["BANDS", "MIB", "band_of", "stats", "summarize", "print_summary"]
 
 MIB = 2**20
@@ -65,8 +67,7 @@ def _line(label: str, s: dict) -> str:
 def print_summary(summary: dict) -> None:
     """The figures, each line labelled with its split (``fit`` = in sample, ``test`` = out of sample)."""
     for split, s in summary.get("splits", {}).items():
-        kind = "in sample" if split == "fit" else "out of sample"
-        print(_line(f"[{split}, {kind}] all rows", s))
+        print(_line(f"[{split}, {split_kind(split)}] all rows", s))
         for band, b in s["bands"].items():
             print(_line(f"[{split}] band {band}", b))
     for key, s in summary.get("multi_node", {}).items():

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from validation.studies.common import pyplot, save_figure
+
 __all__ = ["plot_errors"]
 
 
 def plot_errors(records: list[dict], path: Path) -> None:
     """Signed error (predicted / measured - 1) over EP size: a panel per mode, dispatch as circles and
     combine as crosses, fit rows (DeepEP README of 2025-02-24) blue, test rows orange."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     modes = sorted({r["mode"] for r in records})
     fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False)
     for ax, mode in zip(axes.flat, modes, strict=True):
@@ -32,6 +30,4 @@ def plot_errors(records: list[dict], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.suptitle("fit: DeepEP README 2025-02-24 (H800); test: later READMEs (IBGDA normal, NVLink low-latency)",
                  fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)

@@ -1,47 +1,32 @@
 """Outputs of the rewrites study: cases.csv, summary.json, report.md and crossover.png.
 
 A case *wins* when the rewrite's simulated tokens/s/GPU beats its base plan's by more than
-:data:`TOL` (relative), *loses* when it trails by more, and ties otherwise. Step-time deltas are
+:data:`.outcome.TOL` (relative), *loses* when it trails by more, and ties otherwise. Step-time deltas are
 rewrite minus base, per step, in microseconds: negative helps the rewrite.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import statistics
 from collections import Counter
 from pathlib import Path
 
-from simcore.apps.common import atomic_write_json, atomic_write_text
+from validation.studies.common import atomic_write_json, atomic_write_text, write_csv
 
-from .rewrites_terms import collective_table
+from .markdown import markdown
+from .outcome import TERMS, TOL, outcome, why
+from .plot import crossover_plot
+from .terms import collective_table
 
-__all__ = ["TOL", "outcome", "why", "summarize", "write_outputs", "headline", "print_summary"]
+__all__ = ["summarize", "write_outputs", "headline", "print_summary"]
 
-TOL = 1e-4
-_TERMS = (("latency", "d_alpha_us"), ("bandwidth", "d_beta_us"), ("compute", "d_compute_us"),
-          ("bubble", "d_other_us"), ("overlap", "d_overlap_us"), ("contention", "d_contention_us"))
 _COLUMNS = ("scenario", "plan", "base_sharding", "topology", "fit_note", "phase", "context", "seqs", "batch", "tp",
             "ep", "pp", "dp", "microbatches", "rewrite", "direction", "proxy_base_tps", "proxy_rewrite_tps",
             "sim_base_tps", "sim_rewrite_tps", "proxy_ratio", "overlap_ratio", "sim_ratio", "all_reduce_bytes",
             "base_bytes", "rewrite_bytes", "base_launches", "rewrite_launches", "base_alpha_us", "rewrite_alpha_us",
             "base_beta_us", "rewrite_beta_us", "d_alpha_us", "d_beta_us", "d_compute_us", "d_other_us",
             "d_overlap_us", "d_contention_us", "d_step_proxy_us", "d_step_sim_us", "why", "skipped_reason")
-
-
-def outcome(ratio: float) -> str:
-    return "win" if ratio > 1 + TOL else "loss" if ratio < 1 - TOL else "tie"
-
-
-def why(r: dict) -> str:
-    """One line: the outcome, the largest step-time terms, and the changed collectives' launches/bytes."""
-    terms = sorted(((name, r[key]) for name, key in _TERMS if abs(r[key]) >= 0.05), key=lambda t: -abs(t[1]))
-    parts = ", ".join(f"{name} {value:+.1f} us" for name, value in terms[:3]) or "no step-time change"
-    return (f"{outcome(r['sim_ratio'])} {r['sim_ratio'] - 1:+.2%}: {parts}; changed collectives "
-            f"{r['base_launches']:.0f}->{r['rewrite_launches']:.0f} launches, "
-            f"{r['base_bytes'] / 1e6:.3g}->{r['rewrite_bytes'] / 1e6:.3g} MB/GPU/step")
 
 
 def _brief(r: dict | None) -> dict | None:
@@ -123,22 +108,15 @@ def summarize(rows: list[dict], plans: dict, grid, quick: bool) -> dict:
 
 
 def _median_terms(rows: list[dict]) -> dict:
-    return {f"median_{key}": statistics.median(r[key] for r in rows) for _, key in _TERMS}
+    return {f"median_{key}": statistics.median(r[key] for r in rows) for _, key in TERMS}
 
 
 def write_outputs(out: Path, rows: list[dict], plans: dict, grid, quick: bool) -> dict:
     """Write the four files into ``out`` and return the summary."""
-    from .rewrites_markdown import markdown
-    from .rewrites_plot import crossover_plot
-
     out.mkdir(parents=True, exist_ok=True)
     for r in rows:
         r["why"] = "" if r["skipped_reason"] else why(r)
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=_COLUMNS, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(out / "cases.csv", buf.getvalue())
+    write_csv(out / "cases.csv", _COLUMNS, rows)
     summary = summarize(rows, plans, grid, quick)
     atomic_write_json(out / "summary.json", summary)
     summary["crossover_plot"] = crossover_plot([r for r in rows if not r["skipped_reason"]], out / "crossover.png")

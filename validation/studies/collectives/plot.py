@@ -7,14 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from validation.studies.common import pyplot, save_figure, split_kind
+
+from .rows import busbw_factor
+
 __all__ = ["plot_busbw"]
-
-
-def _busbw_factor(collective: str, n: int) -> float:
-    # imported here: the study module imports this one at load time
-    from .collectives import busbw_factor
-
-    return busbw_factor(collective, n)
 
 
 def _panel(r: dict) -> tuple:
@@ -26,11 +23,7 @@ def plot_busbw(records: list[dict], path: Path) -> None:
     """Measured (dots) vs simulated (crosses) busbw over size, a panel per split (fit / test) x collective
     x nodes x GPUs per node (x fabric across nodes), titled with its split, and a colour per requested
     algorithm (``auto`` = NCCL's choice)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     used = [r for r in records if r["skipped_reason"] == ""]
     keys = sorted({_panel(r) for r in used})
     cols = max(1, min(4, len(keys)))
@@ -38,7 +31,7 @@ def plot_busbw(records: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, key in zip(axes.flat, keys, strict=False):
         split, coll, nodes, per, fabric = key
-        factor = _busbw_factor(coll, nodes * per) / 1e9
+        factor = busbw_factor(coll, nodes * per) / 1e9
         panel = [r for r in used if _panel(r) == key]
         for k, algo in enumerate(sorted({r["_case"].algorithm for r in panel})):
             pts = sorted((r for r in panel if r["_case"].algorithm == algo),
@@ -48,13 +41,10 @@ def plot_busbw(records: list[dict], path: Path) -> None:
             simulated = size / np.array([r["_sim_s"] for r in pts]) * factor
             ax.semilogx(size, measured, "o", ms=3, color=f"C{k}", label=f"{algo} measured")
             ax.semilogx(size, simulated, "x-", ms=4, lw=1, color=f"C{k}", label=f"{algo} simulated")
-        kind = "in sample" if split == "fit" else "out of sample"
-        ax.set_title(f"[{split}: {kind}] {coll} {nodes}x{per} {fabric}".rstrip(), fontsize=8)
+        ax.set_title(f"[{split}: {split_kind(split)}] {coll} {nodes}x{per} {fabric}".rstrip(), fontsize=8)
         ax.set_xlabel("size (bytes)", fontsize=8)
         ax.set_ylabel("busbw (GB/s)", fontsize=8)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)

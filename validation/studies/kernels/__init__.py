@@ -7,10 +7,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from simcore.apps.common import atomic_write_json
 from simcore.hardware import get_gpu
 from validation.fit_kernels import evaluate, load_samples
 from validation.split import split_label
+from validation.studies.common import atomic_write_json
 
 __all__ = ["run"]
 

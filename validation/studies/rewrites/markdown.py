@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import statistics
 
-from .rewrites_report import TOL, outcome
+from validation.studies.common import pct
+
+from .outcome import TOL, outcome
 
 __all__ = ["markdown"]
 
@@ -20,10 +22,6 @@ communication streams change, contention off) and *contention* (what sharing lin
 Bytes are bus bytes per GPU per step of the changed collectives (nccl-tests convention: an all-reduce of
 S over n ranks moves 2(n-1)/n S, an all-gather (n-1)/n S).
 """
-
-
-def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
 
 
 def _x(v) -> str:
@@ -59,7 +57,7 @@ def _headline(summary: dict) -> list[str]:
         lines.append(f"- **{title}**: {_x(b['sim_ratio'])} simulator ({_x(b['proxy_ratio'])} proxy), "
                      f"`{b['rewrite']}` ({b['direction']}) on {_setting(b)}. Why: {b['why']}.")
     agree = summary["proxy_sim_agreement"]
-    lines += ["", f"Proxy and simulator agree on win / loss / tie in {_pct(agree)} of the cases.", ""]
+    lines += ["", f"Proxy and simulator agree on win / loss / tie in {pct(agree)} of the cases.", ""]
     return lines
 
 
@@ -87,8 +85,8 @@ def _rate_table(title: str, rates: dict) -> list[str]:
     lines = [f"## {title}", "", "| | cases | wins | losses | ties | win rate (simulator) | win rate (proxy) | "
              "median ratio | best | worst |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in rates.items():
-        lines.append(f"| {name} | {v['cases']} | {v['wins']} | {v['losses']} | {v['ties']} | {_pct(v['win_rate'])} | "
-                     f"{_pct(v['proxy_win_rate'])} | {_x(v['median_sim_ratio'])} | {_x(v['best_sim_ratio'])} | "
+        lines.append(f"| {name} | {v['cases']} | {v['wins']} | {v['losses']} | {v['ties']} | {pct(v['win_rate'])} | "
+                     f"{pct(v['proxy_win_rate'])} | {_x(v['median_sim_ratio'])} | {_x(v['best_sim_ratio'])} | "
                      f"{_x(v['worst_sim_ratio'])} |")
     return lines + [""]
 
@@ -113,7 +111,7 @@ def _rewrite_table(summary: dict, rows: list[dict]) -> list[str]:
         a_b, a_r = _per_launch(mine, "base"), _per_launch(mine, "rewrite")
         alpha = f"{a_b:.1f} -> {a_r:.1f}" if a_b is not None and a_r is not None else "-"
         lines.append(
-            f"| `{label}` | {v['direction']} | {v['cases']} | {_pct(v['win_rate'])} | {_x(v['median_sim_ratio'])} | "
+            f"| `{label}` | {v['direction']} | {v['cases']} | {pct(v['win_rate'])} | {_x(v['median_sim_ratio'])} | "
             f"{med('base_launches'):.0f} -> {med('rewrite_launches'):.0f} | {alpha} | "
             f"{med('base_bytes') / 1e6:.3g} -> {med('rewrite_bytes') / 1e6:.3g} | {v['median_d_alpha_us']:+.1f} | "
             f"{v['median_d_beta_us']:+.1f} | {v['median_d_compute_us']:+.1f} | {v['median_d_other_us']:+.1f} | "

@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
-import csv
-import io
+import math
+import statistics
 from pathlib import Path
 
-from simcore.apps.common import atomic_write_json, atomic_write_text
 from validation.split import SPLITS, split_label
+from validation.studies.common import (
+    atomic_write_json,
+    atomic_write_text,
+    pct,
+    pyplot,
+    save_figure,
+    write_csv,
+)
 
-__all__ = ["write_outputs"]
+__all__ = ["stats", "write_outputs"]
 
 _EXTRA = ("split", "sim_value", "proxy_value", "rel_error", "proxy_rel_error", "skipped_reason")
 
 
-def _group(records, key, field, stats) -> dict:
+def stats(errors: list[float]) -> dict:
+    """Median and geometric-mean |relative error| (``exp(mean |ln(pred / meas)|) - 1``)."""
+    if not errors:
+        return {"rows": 0}
+    geo = math.exp(statistics.fmean(abs(math.log1p(e)) for e in errors)) - 1
+    return {"rows": len(errors), "median_abs_rel_error": statistics.median(abs(e) for e in errors),
+            "geomean_abs_rel_error": geo, "median_rel_error": statistics.median(errors)}
+
+
+def _group(records, key, field) -> dict:
     groups: dict[str, list[float]] = {}
     for r in records:
         if r[field] != "":
@@ -23,11 +39,7 @@ def _group(records, key, field, stats) -> dict:
 
 
 def _scatter(records, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 6))
     for field, marker, label in (("sim_value", "o", "simulator"), ("proxy_value", "x", "proxy")):
         for split in SPLITS:
@@ -52,12 +64,10 @@ def _scatter(records, path: Path) -> None:
     ax.set_xlabel("row")
     if ax.collections:
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
-def _by_split(used, stats) -> dict:
+def _by_split(used) -> dict:
     """Per split: simulator and proxy over all rows, and the simulator on static rows (long output:
     ``output_len >= 1024``), each with its row count."""
     out = {}
@@ -72,17 +82,14 @@ def _by_split(used, stats) -> dict:
                       "proxy": stats([float(r["proxy_rel_error"]) for r in rows]),
                       "simulator_static": stats([float(r["rel_error"]) for r in static]),
                       "simulator_static_long_output": stats([float(r["rel_error"]) for r in long_out]),
-                      "simulator_by_scenario": _group(rows, "scenario", "rel_error", stats)}
+                      "simulator_by_scenario": _group(rows, "scenario", "rel_error")}
     return out
 
 
-def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict:
+def write_outputs(records, header, unknown, out: Path, data_path) -> dict:
+    """Write rows.csv, summary.json, scatter.png and report.md into ``out``; print and return the summary."""
     columns = list(header) + [c for c in _EXTRA if c not in header]
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
-    writer.writerows(records)
-    atomic_write_text(out / "rows.csv", buf.getvalue())
+    write_csv(out / "rows.csv", columns, records)
     used = [r for r in records if not r["skipped_reason"]]
     sim_err = [float(r["rel_error"]) for r in used if r["rel_error"] != ""]
     proxy_err = [float(r["proxy_rel_error"]) for r in used if r["proxy_rel_error"] != ""]
@@ -90,11 +97,11 @@ def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict
         "study": "inference", "data": str(data_path), "rows_total": len(records), "rows_used": len(used),
         "rows_skipped": len(records) - len(used), "unknown_columns": unknown,
         "splits": sorted({r["split"] for r in used}),
-        "by_split": _by_split(used, stats),
+        "by_split": _by_split(used),
         "simulator": stats(sim_err), "proxy": stats(proxy_err),
-        "simulator_by_model": _group(used, "model", "rel_error", stats),
-        "simulator_by_scenario": _group(used, "scenario", "rel_error", stats),
-        "proxy_by_model": _group(used, "model", "proxy_rel_error", stats),
+        "simulator_by_model": _group(used, "model", "rel_error"),
+        "simulator_by_scenario": _group(used, "scenario", "rel_error"),
+        "proxy_by_model": _group(used, "model", "proxy_rel_error"),
         "skipped": [{"line": r["line"], "reason": r["skipped_reason"]} for r in records if r["skipped_reason"]],
     }
     atomic_write_json(out / "summary.json", summary)
@@ -108,8 +115,8 @@ def write_outputs(records, header, unknown, out: Path, data_path, stats) -> dict
     return summary
 
 
-def _pct(stats: dict, key: str = "median_abs_rel_error") -> str:
-    return f"{stats[key]:.1%}" if key in stats else "-"
+def _pct(figures: dict, key: str = "median_abs_rel_error") -> str:
+    return pct(figures.get(key))
 
 
 def _markdown(summary: dict, used) -> str:

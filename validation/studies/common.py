@@ -1,0 +1,54 @@
+"""Reporting helpers the studies share: CSV tables, matplotlib figures, set labels, percentages.
+
+Writes go through :func:`simcore.apps.common.atomic_write_text`, so a reader never sees half a file.
+Nothing here imports a study, so every study may import it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from simcore.apps.common import atomic_write_json, atomic_write_text
+
+__all__ = ["atomic_write_json", "atomic_write_text", "write_csv", "pyplot", "save_figure", "split_kind", "pct"]
+
+
+def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:
+    """``rows`` (dicts; keys outside ``columns`` ignored, missing ones blank) as a CSV with header
+    ``columns``, written atomically; returns the path."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return atomic_write_text(path, buf.getvalue())
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (studies run headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str | Path, dpi: int = 100, tight: bool = True) -> None:
+    """Lay out (``tight``), save and close ``fig``."""
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
+def split_kind(split: str) -> str:
+    """``in sample`` for the fit set (its rows calibrated a constant), ``out of sample`` otherwise."""
+    return "in sample" if split == "fit" else "out of sample"
+
+
+def pct(value: float | None, spec: str = ".1%") -> str:
+    """``value`` formatted as a percentage, ``-`` when there is none."""
+    return "-" if value is None else format(value, spec)
