@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.cluster import group_ranks_per_domain
 from simcore.collectives.cost import entry_costs
+from simcore.engine.pricing import packed_shape
 from simcore.lowering import CostContext, StrategyArrays, lower
 from simcore.memory import stage_layers
 from simcore.strategy import Strategy
@@ -61,12 +61,7 @@ def bus_bytes(collective: str, size_bytes: float, n: int) -> float:
 
 def _group(ctx: CostContext, s: Strategy, group: str) -> tuple[int, int]:
     """(ranks, ranks per NVLink domain) of a communicator, as the lowering sizes it."""
-    domain = ctx.cluster.nvlink_domain_size
-    if group == "tp":
-        return s.tp, int(group_ranks_per_domain(s.tp, 1, domain))
-    if group == "ep":
-        return s.ep, int(group_ranks_per_domain(s.ep, s.tp, domain))
-    return 2, 2 if s.pp * s.tp * s.ep <= domain else 1
+    return packed_shape(ctx, s, group)
 
 
 def alpha_beta(ctx: CostContext, s: Strategy, slot: Slot) -> tuple[float, float]:
