@@ -8,25 +8,11 @@ import simpy
 
 from ..collectives.flows import collective_channels, run_collective
 from ..hardware import get_gpu
+from .contention import flow_links
 from .placement import Placement
 from .program import Op
 
 __all__ = ["AnalyticComm", "FlowComm"]
-
-
-def _rail_peer(graph, src: str, dst: str) -> str | None:
-    """The GPU in ``src``'s node on ``dst``'s rail (same local index), if the graph names it."""
-    node, local = graph.nodes[src].get("node"), graph.nodes[dst].get("local")
-    per = graph.graph.get("gpus_per_node")
-    if node is None or local is None or not per:
-        return None
-    peer = f"gpu{int(node) * int(per) + int(local)}"
-    return peer if peer in graph else None
-
-
-def _same_domain(graph, a: str, b: str) -> bool:
-    da, db = graph.nodes[a], graph.nodes[b]
-    return da.get("domain", da.get("node")) == db.get("domain", db.get("node"))
 
 
 def _disjoint(link_sets: list[set]) -> bool:
@@ -86,22 +72,8 @@ class FlowComm:
         return self._groups[key]
 
     def _links(self, ranks: list[str]) -> set:
-        """Every link any flow among ``ranks`` may use (a superset of the real flows): for each pair,
-        the shortest path within a domain or along one rail, else the NVLink-then-rail detour NCCL's
-        PXN takes between rails (as :mod:`simcore.collectives.flows` routes it)."""
-        net, graph = self.network, self.network.graph
-        links: set = set()
-        for a in ranks:
-            for b in ranks:
-                if a == b:
-                    continue
-                peer = None if _same_domain(graph, a, b) else _rail_peer(graph, a, b)
-                if peer is None or peer in (a, b):
-                    links.update(net.path(a, b))
-                else:
-                    links.update(net.path(a, peer))
-                    links.update(net.path(peer, b))
-        return links
+        """Every link any flow among ``ranks`` may use (:func:`simcore.engine.contention.flow_links`)."""
+        return flow_links(self.network.graph, self.network, ranks)
 
     def link_set(self, group: str, stage: int) -> set:
         key = ("links", group, stage)

@@ -7,13 +7,14 @@ import weakref
 
 from .alltoallv import pxn_relay
 
-__all__ = ["all_groups", "contention_flags"]
+__all__ = ["all_groups", "contention_flags", "flow_links"]
 
 _KINDS = ("tp", "ep", "pp")
 
 
-def _links(graph, network, ranks: list[str]) -> set:
-    """Every link a flow among ``ranks`` may use: each pair's route, or its PXN detour."""
+def flow_links(graph, network, ranks: list[str]) -> set:
+    """Every link a flow among ``ranks`` may use (a superset of the real flows): each pair's route
+    within a domain or along one rail, else the NVLink-then-rail detour NCCL's PXN takes between rails."""
     links: set = set()
     for a in ranks:
         for b in ranks:
@@ -50,7 +51,7 @@ def contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> lis
 
 
 def _contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
-    link_sets = [_links(graph, network, r) for _, r in groups]
+    link_sets = [flow_links(graph, network, r) for _, r in groups]
     takers = [set(r[:1]) if k == "pp" else set(r) for k, r in groups]
     users: dict = {}
     for gid, links in enumerate(link_sets):
