@@ -82,6 +82,15 @@ class Worker:
     def _schedule(self) -> list[list[tuple[Request, int]]]:
         return [g.schedule(self._busy) for g in self.groups]
 
+    def _picks_or_wait(self):
+        """The next step's picks, or ``None`` after sleeping until a request arrives or a step ends."""
+        picks = self._schedule()
+        if any(picks):
+            return picks
+        self._wake = self.env.event()
+        yield self._wake
+        return None
+
     def _loop(self):
         if self.cost.strategy.pp == 1 and self.fast:
             yield from self._loop_single_stage()
@@ -102,10 +111,8 @@ class Worker:
     def _loop_pipeline(self):
         """The reference loop: every step a process through the ``pp`` stage resources."""
         while True:
-            picks = self._schedule()
-            if not any(picks):
-                self._wake = self.env.event()
-                yield self._wake
+            picks = yield from self._picks_or_wait()
+            if picks is None:
                 continue
             yield from self._host_start(picks)
             for pick in picks:
@@ -122,10 +129,8 @@ class Worker:
         one timeout (:func:`decode_run`); an arrival during it cuts the run at the step in progress,
         which is where step-by-step scheduling would first have seen it (test: fast == reference)."""
         while True:
-            picks = self._schedule()
-            if not any(picks):
-                self._wake = self.env.event()
-                yield self._wake
+            picks = yield from self._picks_or_wait()
+            if picks is None:
                 continue
             run = self._decode_run(picks)
             if run <= 1:
