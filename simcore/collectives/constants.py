@@ -86,16 +86,19 @@ class NcclConstants:
     nvls_tree_nvlink_latency_s: float = 25.0 * _US  # NVLSTree hwLat[NVLINK]
     nvls_tree_net_latency_s: float = 20.9 * _US     # NVLSTree hwLat[NET], per tree level
     net_overhead_s: float = 1.0 * _US               # getNetOverhead (Intel/default CPU); x3 for Simple
-    net_latency_s: float = 1.277 * _US              # latencyInter (InfiniBand); 2x for Simple; prior 0
+    net_latency_s: float = 1.278 * _US              # latencyInter (InfiniBand); 2x for Simple; prior 0
     efa_net_latency_s: float = 22.77 * _US          # EFA; prior 20 us = NET_LATENCY of aws-ofi-nccl's tuner
-    roce_net_latency_s: float = 1.277 * _US         # RoCE: InfiniBand's (no RoCE row < 1 MiB in the fit set)
-    # Bytes of a multi-node collective that do not overlap with the rest: the network pipeline's fill
-    # (proxy hand-off, chunks in flight before the steady state). S F / (S + F) / algBw (a smooth
-    # min(S, F) / algBw) is added to every entry that crosses NVLink domains; it carries the measured rise of multi-node busbw from 16 MiB to
-    # ~1 GiB. Per fabric like the two above; fitted on multi-node rows >= 1 MiB.
-    net_fill_bytes: float = 39.14e6
-    efa_net_fill_bytes: float = 109.75e6
-    roce_net_fill_bytes: float = 39.14e6             # InfiniBand's (the RoCE fit rows have one size each)
+    roce_net_latency_s: float = 1.278 * _US         # RoCE: InfiniBand's (no RoCE row < 1 MiB in the fit set)
+    # Bytes per NIC that do not overlap with the rest of a multi-node collective: the network pipeline's
+    # fill (proxy hand-off, chunks in flight before the steady state). Its time at the NIC's achieved
+    # rate, T = F / (nic_efficiency x NIC rate), is added to every entry that crosses NVLink domains as a
+    # smooth min(bandwidth term, T); it carries the measured rise of multi-node busbw from 16 MiB to ~1 GiB.
+    # A time per NIC, not a share of the collective's size: the same bytes in flight whatever the
+    # collective or node count (a share of S, the earlier form, fitted on all-reduce rows, priced EFA
+    # all-to-all at 2-8 nodes 12-18% too slow). Per fabric like the two above; fitted on multi-node rows >= 1 MiB.
+    net_fill_bytes: float = 8.18e6
+    efa_net_fill_bytes: float = 24.43e6
+    roce_net_fill_bytes: float = 8.18e6              # InfiniBand's (the RoCE fit rows have one size each)
     ring_plateau_factor: float = 1.4                # multi-node Ring/Simple all-reduce latency x1.4 (sm80+)
     ring_plateau_min_bytes: float = 64.0            # ... once bytes / (channels x ranks) reaches this
     # ---- bandwidth refinements (tuning.cc) ----
@@ -132,15 +135,15 @@ class NcclConstants:
     # pipeline fill below. Fitted by ``python -m validation.fit_collectives`` on the multi-node rows of the
     # fit set (validation/data/collectives_calibration.csv, split=fit): efficiency and fill on rows >= 1 MiB,
     # latency on nccl-tests rows < 1 MiB. The plain fields are InfiniBand's: 106 rows of NVIDIA/nccl-tests
-    # issue 309 (2, 4, 8 HGX H100 nodes); 0.851 is below the 0.92-0.96 NCCL's maintainers expect of NDR
+    # issue 309 (2, 4, 8 HGX H100 nodes); 0.840 is below the 0.92-0.96 NCCL's maintainers expect of NDR
     # because one of the two clusters there reaches 320 GB/s busbw at 4-8 nodes where the other reaches 365.
     # EFA: 44 rows (p5.48xlarge all_reduce at 2-16 nodes, p5en at 4 nodes, 2-node p5 latencies). RoCE: 2
     # rows (NVIDIA/nccl issue 2409, 2 nodes, after the poster's fix): too few for a latency or a fill, so
-    # those are InfiniBand's (same ConnectX-7 NICs and NCCL IB verbs transport); its efficiency sits at the
-    # bound 1.0 (its 1 GiB send/recv reached 48.4 of 50 GB/s and also pays InfiniBand's fill).
-    nic_efficiency: float = 0.8505
-    efa_nic_efficiency: float = 0.8515
-    roce_nic_efficiency: float = 1.0
+    # those are InfiniBand's (same ConnectX-7 NICs and NCCL IB verbs transport); its efficiency is 0.978
+    # (its 1 GiB send/recv reached 48.4 of 50 GB/s and also pays InfiniBand's fill).
+    nic_efficiency: float = 0.8403
+    efa_nic_efficiency: float = 0.8472
+    roce_nic_efficiency: float = 0.9776
     # What a serving runtime adds to each collective beyond NCCL's own latency (launch, enqueue, the
     # framework's call): the same kind of cost as a measuring harness's per-call overhead
     # (validation/studies/collectives/harness.py), but no harness in the collectives data is a serving runtime, so

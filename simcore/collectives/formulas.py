@@ -29,7 +29,8 @@ network's NIC efficiency and latency (InfiniBand, EFA, RoCE) and NCCL's Blackwel
 
 Calibrated extras (not part of NCCL's prediction, so they never change its choice): ``extra_latency_s``
 (the fitted per-collective launch overhead) and ``fill_s`` (fitted un-overlapped ring steps, NVLS fill,
-and across NVLink domains the network pipeline's fill, a smooth ``min(S, net_fill_bytes) / algBw``).
+and across NVLink domains the network pipeline's fill, a smooth min(bandwidth term, the time one NIC
+takes to send ``net_fill_bytes``)).
 """
 
 from __future__ import annotations
@@ -113,14 +114,18 @@ def ring_bus_bandwidth(shape: Shape, fabric: Fabric, c: NcclConstants) -> np.nda
     return np.where(shape.nodes > 1, np.minimum(b_nvl, b_nics), b_nvl)
 
 
-def _with_net_fill(cost: EntryCost, shape: Shape, c: NcclConstants) -> EntryCost:
-    """An entry that crosses NVLink domains pays the network pipeline's fill: S F / (S + F) / algBw more
-    with F = ``net_fill_bytes`` (a smooth min(S, F): F / algBw for S >> F, S / algBw for S << F, so the
-    fit sees a gradient at every size); calibrated, not NCCL's, so it never changes NCCL's choice."""
+def _with_net_fill(cost: EntryCost, shape: Shape, fabric: Fabric, c: NcclConstants) -> EntryCost:
+    """An entry that crosses NVLink domains pays the network pipeline's fill: the time one NIC takes to
+    put F = ``net_fill_bytes`` on the wire at its achieved rate, T = F / (nic_efficiency x NIC rate),
+    added as a smooth min(bandwidth_s, T) = bandwidth_s T / (bandwidth_s + T) (T for long transfers, the
+    transfer itself for short ones, so the fit sees a gradient at every size). The fill is bytes in
+    flight per NIC (proxy hand-off, chunks before the steady state), so it is a time per NIC, the same
+    for an all-reduce and an all-to-all of any size or node count; calibrated, not NCCL's, so it never
+    changes NCCL's choice."""
+    fill_s = c.net_fill_bytes / (c.nic_efficiency * fabric.nic_bandwidth_bytes_per_s)
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = c.net_fill_bytes / (shape.size + c.net_fill_bytes)
         extra = np.where((shape.nodes > 1) & (shape.size > 0) & np.isfinite(cost.bandwidth_s),
-                         cost.bandwidth_s * share, 0.0)
+                         cost.bandwidth_s * fill_s / (cost.bandwidth_s + fill_s), 0.0)
     return cost._replace(fill_s=cost.fill_s + extra)
 
 
@@ -230,7 +235,7 @@ def hierarchical_phases(coll: str, shape: Shape) -> list[tuple[str, Shape]]:
 
 def _hierarchical(coll: str, shape: Shape, fabric: Fabric, proto: int, c: NcclConstants) -> EntryCost:
     c0 = c.with_overrides(launch_overhead_s=0.0)  # one launch for the whole schedule
-    parts = [_zero_if_trivial(_with_net_fill(_ring(sub, sub_shape, fabric, proto, c0), sub_shape, c0), sub_shape)
+    parts = [_zero_if_trivial(_with_net_fill(_ring(sub, sub_shape, fabric, proto, c0), sub_shape, fabric, c0), sub_shape)
              for sub, sub_shape in hierarchical_phases(coll, shape)]
     total = [sum(part[i] for part in parts) for i in range(4)]
     return EntryCost(total[0], total[1], total[2] + c.launch_overhead_s, total[3])
@@ -291,4 +296,4 @@ def entry_cost(coll: str, algo: str, proto: str, shape: Shape, fabric: Fabric, c
         cost = _all_to_all(algo, shape, fabric, k, c)
     else:
         cost = _send_recv(shape, fabric, k, c)
-    return _zero_if_trivial(_with_net_fill(cost, shape, c), shape)
+    return _zero_if_trivial(_with_net_fill(cost, shape, fabric, c), shape)
