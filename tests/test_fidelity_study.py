@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import make_ctx
-from validation.studies.fidelity_explain import deltas, dominant_cause, explain, overlap_contention_why
-from validation.studies.fidelity_regimes import REGIMES, classify, collective_profile, primary
-from validation.studies.fidelity_stats import rank_agreement, ratio_stats, rerank, top_overlap
+from validation.studies.fidelity.explain import deltas, dominant_cause, explain, overlap_contention_why
+from validation.studies.fidelity.regimes import REGIMES, classify, collective_profile, primary
+from validation.studies.fidelity.stats import rank_agreement, ratio_stats, rerank, top_overlap
 
 ROOT = Path(__file__).resolve().parent.parent
 VALIDATE = "from validation.apps.validate import main; main()"
@@ -167,7 +167,7 @@ def _row(i: int, sim: float, error: str = "") -> dict:
 
 
 def test_scenario_figures_by_hand_leave_out_simulator_failures():
-    from validation.studies.fidelity_report import scenario_summary
+    from validation.studies.fidelity.report import scenario_summary
 
     s = scenario_summary([_row(0, 9.0), _row(1, 9.5), _row(2, 8.0), _row(3, float("nan"), "RuntimeError: x")])
     assert s["strategies"] == 3 and [f["key"] for f in s["sim_errors"]] == ["3"]
@@ -178,20 +178,20 @@ def test_scenario_figures_by_hand_leave_out_simulator_failures():
 
 def test_a_simulator_exception_becomes_a_row_error(monkeypatch):
     import simcore.engine
-    from validation.studies import fidelity
+    from validation.studies.fidelity.simulate import _simulate_one
 
     def boom(*args, **kwargs):
         raise RuntimeError("preempted\nsecond line")
 
     monkeypatch.setattr(simcore.engine, "simulate", boom)
-    out = fidelity._simulate_one(("dense-70b-1node", (8, 1, 1, 1, 8, 1) + (0,) * 12, True))
+    out = _simulate_one(("dense-70b-1node", (8, 1, 1, 1, 8, 1) + (0,) * 12, True))
     assert out["error"] == "RuntimeError: preempted" and out["step_time_s"] != out["step_time_s"]
 
 
-# --- three-way fidelity: proxy, simulator and measurement (validation/studies/fidelity_measured.py) ---
+# --- three-way fidelity: proxy, simulator and measurement (validation/studies/fidelity/measured.py) ---
 
 def _three_way_row(measured, proxy, sim, regime="inference", split="test"):
-    from validation.studies.fidelity_measured import _row
+    from validation.studies.fidelity.measured import _row
 
     return _row(regime, "f.csv:2", split, "case", "time_s", measured, proxy, sim, "contention", "because")
 
@@ -206,7 +206,7 @@ def test_three_way_row_names_the_closer_only_where_the_two_differ():
 
 
 def test_three_way_summary_counts_by_regime_and_split(tmp_path):
-    from validation.studies.fidelity_measured_report import BEGIN, END, summarize, write_section
+    from validation.studies.fidelity.measured_report import BEGIN, END, summarize, write_section
 
     rows = [_three_way_row(110.0, 100.0, 108.0), _three_way_row(100.0, 101.0, 90.0, split="fit"),
             _three_way_row(100.0, 100.0, 100.0, regime="collectives")]
@@ -225,7 +225,7 @@ def test_three_way_summary_counts_by_regime_and_split(tmp_path):
 
 
 def test_three_way_rows_from_the_shipped_data_are_labelled_and_explained():
-    from validation.studies.fidelity_measured import collective_rows, deepep_rows, inference_rows
+    from validation.studies.fidelity.measured import collective_rows, deepep_rows, inference_rows
 
     rows = collective_rows(limit=2) + deepep_rows(limit=2) + inference_rows(limit=2)
     assert {r["regime"] for r in rows} == {"collectives", "deepep", "inference"}
@@ -239,7 +239,7 @@ def test_three_way_rows_from_the_shipped_data_are_labelled_and_explained():
 
 
 def test_quick_run_has_the_three_way_section(quick_run):
-    from validation.studies.fidelity_measured_report import BEGIN
+    from validation.studies.fidelity.measured_report import BEGIN
 
     out, _, _, proc = quick_run
     last = json.loads(proc.stdout.strip().splitlines()[-1])

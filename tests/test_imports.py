@@ -88,7 +88,7 @@ def test_validation_has_no_import_cycles() -> None:
 
 def test_each_study_is_a_package_with_an_entry() -> None:
     studies = ROOT / PACKAGE / "studies"
-    for name in ("collectives", "rewrites", "inference", "kernels", "moe", "serving"):
+    for name in ("collectives", "rewrites", "inference", "kernels", "moe", "serving", "fidelity"):
         entry = studies / name / "__init__.py"
         assert entry.is_file(), entry
         tree = ast.parse(entry.read_text())

@@ -17,7 +17,7 @@ from planner.megatron import megatron_search
 from simcore.config import build_graph
 from simcore.engine import EngineConfig, simulate
 from validation.scenarios import scenario_config, scenario_context
-from validation.studies.fidelity_explain import critical_split, overlap_contention_why
+from validation.studies.fidelity.explain import critical_split, overlap_contention_why
 
 __all__ = ["main"]
 

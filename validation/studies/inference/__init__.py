@@ -21,7 +21,7 @@ from pathlib import Path
 
 from validation.split import split_of
 
-from .predict import _graph as _graph  # importable here: fidelity_measured, fit_inference use these two
+from .predict import _graph as _graph  # importable here: fidelity.measured, fit_inference use these two
 from .predict import _metric as _metric
 from .predict import predict
 from .report import write_outputs

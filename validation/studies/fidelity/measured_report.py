@@ -1,4 +1,4 @@
-"""Summary and report section of the three-way fidelity (:mod:`.fidelity_measured`).
+"""Summary and report section of the three-way fidelity (:mod:`.measured`).
 
 :func:`summarize` counts, per regime and split, the rows, the median |error| of proxy and simulator
 against the measurement, the rows where the two differ by more than 5%, and which of the two is
@@ -12,9 +12,11 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from validation.studies.common import pct
+
 __all__ = ["BEGIN", "END", "summarize", "section", "write_section"]
 
-BEGIN = "<!-- three-way fidelity: begin (python -m validation.studies.fidelity_measured) -->"
+BEGIN = "<!-- three-way fidelity: begin (python -m validation.studies.fidelity.measured) -->"
 END = "<!-- three-way fidelity: end -->"
 REGIMES = ("collectives", "deepep", "inference")
 
@@ -53,15 +55,11 @@ def summarize(rows: list[dict]) -> dict:
     return {"regimes": per, "headline": headline}
 
 
-def _pct(v) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
 def section(summary: dict, rows: list[dict], worst: int = 12) -> str:
     """The report section (markdown)."""
     lines = [BEGIN, "## Proxy, simulator and measurement (three-way)", "",
              "Every measured row priced by the proxy's closed form and by the simulator "
-             "(`python -m validation.studies.fidelity_measured`; rows and causes in `measured.csv`). "
+             "(`python -m validation.studies.fidelity.measured`; rows and causes in `measured.csv`). "
              "Error = predicted / measured - 1; *differ*: |sim / proxy - 1| > 5%; there, *closer* says "
              "which of the two is nearer the measurement. `fit` rows calibrated a constant, `test` rows did not.", "",
              "| regime | split | rows | proxy median abs error | simulator median abs error | differ > 5% | "
@@ -69,8 +67,8 @@ def section(summary: dict, rows: list[dict], worst: int = 12) -> str:
     for regime, groups in summary["regimes"].items():
         for split, g in groups.items():
             causes = ", ".join(f"{c} {n}" for c, n in g["causes"].items()) or "-"
-            lines.append(f"| {regime} | {split} | {g['rows']} | {_pct(g['proxy_median_abs_error'])} | "
-                         f"{_pct(g['sim_median_abs_error'])} | {g['differ']} | {g['sim_closer']} | "
+            lines.append(f"| {regime} | {split} | {g['rows']} | {pct(g['proxy_median_abs_error'])} | "
+                         f"{pct(g['sim_median_abs_error'])} | {g['differ']} | {g['sim_closer']} | "
                          f"{g['proxy_closer']} | {causes} |")
     lines += ["", *_notes(summary)]
     differ = sorted((r for r in rows if r["differ"]), key=lambda r: -abs(r["sim_over_proxy"]))
@@ -96,7 +94,7 @@ def _notes(summary: dict) -> list[str]:
                      "traffic, which no measured row has.")
     if "deepep" in reg:
         g = reg["deepep"]
-        alt = ", ".join(f"{s} {_pct(g[s].get('sim_deepep_median_abs_error'))}" for s in ("fit", "test") if s in g)
+        alt = ", ".join(f"{s} {pct(g[s].get('sim_deepep_median_abs_error'))}" for s in ("fit", "test") if s in g)
         notes.append(f"- **deepep**: the simulator runs a sampled MoE exchange as NCCL-style direct all-to-all-v "
                      f"flows (every token copy to its expert's rank, no per-node de-duplication) even under "
                      f"`sim.routing.a2a=deepep`, and is further from DeepEP's measurements than the proxy's DeepEP "

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from validation.studies.fidelity_regimes import REGIMES, THRESHOLDS
+from .regimes import REGIMES, THRESHOLDS
 
-__all__ = ["markdown"]
+__all__ = ["markdown", "describe"]
 
 _TOP = 10
 _CAUSE_TEXT = {
@@ -25,7 +25,8 @@ def _f(value, fmt: str = ".3f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _describe(r: dict) -> str:
+def describe(r: dict) -> str:
+    """A strategy row in one line: its degrees, then its non-Megatron sharding in brackets."""
     text = f"tp{r['tp']} ep{r['ep']} pp{r['pp']} dp{r['dp']} b{r['batch']} mb{r['microbatches']}"
     return text if r["sharding"] == "megatron" else f"{text} [{r['sharding']}]"
 
@@ -94,7 +95,7 @@ def _disagreements(name: str, s: dict, rows: list[dict]) -> list[str]:
         ov = r["overlap_vs_contention"] or "-"
         if r["overlap_only_ratio"] != "":
             ov = f"contention off: {r['overlap_only_ratio']:.3f}; {ov}"
-        lines.append(f"| {_describe(r)} | {r['regimes'].replace('|', ', ')} | {r['ratio']:.3f} | {prox} | {split} | "
+        lines.append(f"| {describe(r)} | {r['regimes'].replace('|', ', ')} | {r['ratio']:.3f} | {prox} | {split} | "
                      f"{r['max_link_utilization']:.0%} | {r['why']} | {ov} |")
     return lines + [""]
 

@@ -9,18 +9,16 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.apps.common import atomic_write_json, atomic_write_text
-from validation.studies.fidelity_explain import CAUSES
-from validation.studies.fidelity_regimes import REGIMES, THRESHOLDS
-from validation.studies.fidelity_sample import SOURCES
-from validation.studies.fidelity_stats import rank_agreement, ratio_stats, rerank, top_overlap
+from validation.studies.common import atomic_write_json, atomic_write_text
+
+from .explain import CAUSES
+from .markdown import describe, markdown
+from .plot import ratio_plot, scatter_plot
+from .regimes import REGIMES, THRESHOLDS
+from .sample import SOURCES
+from .stats import rank_agreement, ratio_stats, rerank, top_overlap
 
 __all__ = ["write_outputs", "scenario_summary"]
-
-
-def _describe(r: dict) -> str:
-    text = f"tp{r['tp']} ep{r['ep']} pp{r['pp']} dp{r['dp']} b{r['batch']} mb{r['microbatches']}"
-    return text if r["sharding"] == "megatron" else f"{text} [{r['sharding']}]"
 
 
 def _rerank_records(rows: list[dict], proxy, sim, valid, k: int) -> dict:
@@ -33,7 +31,7 @@ def _rerank_records(rows: list[dict], proxy, sim, valid, k: int) -> dict:
             continue
         for which in ("proxy_pick", "reranked_pick"):
             r = rows[rec[which]]
-            rec |= {f"{which}_strategy": _describe(r), f"{which}_proxy": r["proxy_tokens_per_s_per_gpu"],
+            rec |= {f"{which}_strategy": describe(r), f"{which}_proxy": r["proxy_tokens_per_s_per_gpu"],
                     f"{which}_sim": r["sim_tokens_per_s_per_gpu"]}
         out[pool] = rec
     return out
@@ -52,7 +50,7 @@ def _causes(large: list[dict]) -> dict:
 def scenario_summary(rows: list[dict], k_rerank: int = 16, large: float = 0.05) -> dict:
     """The figures of one scenario's rows (see :mod:`validation.studies.fidelity`); rows the simulator
     failed on are listed under ``sim_errors`` and left out of every figure."""
-    failed = [{"strategy": _describe(r), "key": r["key"], "error": r["sim_error"]} for r in rows if r["sim_error"]]
+    failed = [{"strategy": describe(r), "key": r["key"], "error": r["sim_error"]} for r in rows if r["sim_error"]]
     rows = [r for r in rows if not r["sim_error"]]
     if not rows:
         return {"strategies": 0, "sim_errors": failed, "kendall_tau": None, "spearman": None, "rerank": {},
@@ -107,9 +105,6 @@ def write_outputs(rows: list[dict], out: Path, settings: dict) -> dict:
                "headline": headline}
     atomic_write_json(out / "summary.json", summary)
     _write_csv(rows, out / "strategies.csv")
-    from validation.studies.fidelity_plots import ratio_plot, scatter_plot
-    from validation.studies.fidelity_text import markdown
-
     scatter_plot(ok, {n: s for n, s in per.items() if s["strategies"]}, out / "scatter.png")
     ratio_plot(ok, out / "ratios.png", settings["large"])
     atomic_write_text(out / "report.md", markdown(summary, rows))

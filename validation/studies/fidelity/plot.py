@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from validation.studies.fidelity_regimes import REGIMES
+from validation.studies.common import pyplot, save_figure
+
+from .regimes import REGIMES
 
 __all__ = ["scatter_plot", "ratio_plot"]
 
@@ -15,19 +17,10 @@ _COLORS = dict(zip(REGIMES, ("tab:purple", "tab:red", "tab:orange", "tab:blue", 
                    strict=True))
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def scatter_plot(rows: list[dict], per: dict, path: Path) -> None:
     """One panel per scenario: proxy vs simulated tokens/s/GPU (log-log), coloured by primary regime;
     the proxy's pick (star) and the re-ranked pick (triangle) over the whole sample."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(per)
     cols = min(3, len(names))
     nrows = math.ceil(len(names) / cols)
@@ -63,14 +56,13 @@ def scatter_plot(rows: list[dict], per: dict, path: Path) -> None:
     labels = [label for label in order if label in handles]
     fig.legend([handles[label] for label in labels], labels, loc="lower center", ncol=len(labels), fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110, tight=False)
 
 
 def ratio_plot(rows: list[dict], path: Path, large: float) -> None:
     """Sim/proxy step ratio by regime flag (a strategy counts in every regime it has), boxes over all
     scenarios, points coloured by scenario; dashed lines at ``1 +- large``."""
-    plt = _pyplot()
+    plt = pyplot()
     present = [g for g in REGIMES if any(g in r["regimes"].split("|") for r in rows)]
     names = list(dict.fromkeys(r["scenario"] for r in rows))
     fig, ax = plt.subplots(figsize=(1.6 * max(len(present), 3) + 2, 5))
@@ -95,6 +87,4 @@ def ratio_plot(rows: list[dict], path: Path, large: float) -> None:
     ax.set_ylabel("simulator / proxy step time")
     ax.set_title(f"sim/proxy step ratio by regime (dashed: +-{large:.0%})")
     ax.legend(fontsize=7, markerscale=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)

@@ -19,9 +19,9 @@ both are compared with the measurement (``rel_error = predicted / measured - 1``
   :mod:`validation.studies.inference`'s row-to-strategy mapping.
 
 Where simulator and proxy differ by more than ``DIFFER`` (5%), the row names which is closer to the
-measurement and the cause of the departure (:mod:`.fidelity_measured_report`). Every row carries
+measurement and the cause of the departure (:mod:`.measured_report`). Every row carries
 its split (``fit`` rows calibrated a constant, ``test`` rows did not). ``python -m
-validation.studies.fidelity_measured [--quick] [--out DIR]`` writes ``measured.csv``,
+validation.studies.fidelity.measured [--quick] [--out DIR]`` writes ``measured.csv``,
 ``measured.json`` and the report's section, and ends with one JSON line.
 """
 
@@ -41,7 +41,7 @@ from validation.split import split_of
 __all__ = ["DIFFER", "DATA", "collective_rows", "deepep_rows", "inference_rows", "run", "main"]
 
 DIFFER = 0.05  # simulator and proxy "differ" above this relative gap
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 _EXPERTS = 256  # DeepEP's rows are DeepSeek-V3's setting: 256 routed experts, top-8
 _SEED = 0
 
@@ -152,8 +152,9 @@ def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "infer
     """End-to-end rows: proxy and simulator of the same strategy; departures explained by cause."""
     from simcore.engine import EngineConfig, simulate
     from simcore.proxy import evaluate
-    from validation.studies.fidelity_explain import critical_split, deltas, dominant_cause, explain
     from validation.studies.inference import _graph, _metric, parse_row
+
+    from .explain import critical_split, deltas, dominant_cause, explain
 
     out = []
     for name in files:
@@ -182,7 +183,7 @@ def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "infer
 def run(out_dir: str | Path, quick: bool = False, report: str | Path | None = None) -> dict:
     """Price every measured row both ways; write ``measured.csv``, ``measured.json`` and the report
     section (into ``report``, default ``out_dir/report.md``); return the summary."""
-    from validation.studies.fidelity_measured_report import summarize, write_section
+    from .measured_report import summarize, write_section
 
     limit = 6 if quick else None
     rows = collective_rows(limit=limit) + deepep_rows(limit=limit) + inference_rows(limit=limit)
