@@ -4,7 +4,9 @@ The mapping, column by column:
 
 - ``model_path`` -> a model preset through :func:`simcore.models.preset_for` (published ids, their
   Instruct / FP8 variants, ``moonshotai/Kimi-K2.5`` -> ``kimi-k2``). A model with no preset, or of an
-  architecture the cost model refuses (linear or sparse attention: Qwen3.5, GLM-5), is skipped, with why.
+  architecture the cost model refuses (sparse or non-Gated-DeltaNet linear attention: GLM-5,
+  DeepSeek-V3.2, MiniMax-M1), is skipped, with why. Qwen3.5 (``Qwen/Qwen3.5-397B-A17B``, ``-FP8``) maps to
+  ``qwen3.5-397b-a17b``, its Gated DeltaNet layers priced by :mod:`simcore.linear_attention`.
 - ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``); ``system`` -> GPU (``h100_sxm``,
   ``h200_sxm``, ``b200_sxm``).
 - ``precision`` -> weights and GEMMs: ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
@@ -13,9 +15,13 @@ The mapping, column by column:
   attention groups (our ``ep``: experts split that many ways). Experts expert-parallel inside one TP
   group (``moe_ep_size == tp_size``, ``moe_tp_size == 1``) are priced as expert TP over that group: each
   GPU holds and reads the same expert bytes; the all-to-all is priced as the all-reduce TP uses. A layout
-  whose attention GPUs (tp x dp) differ from its expert GPUs (moe_tp x moe_ep) is skipped.
+  whose attention GPUs (tp x dp) differ from its expert GPUs (moe_tp x moe_ep) is skipped, except a vLLM
+  row with a blank ``attention_dp_size`` whose expert GPUs are a multiple k of ``tp_size``: vLLM's MoE
+  layers run over all data-parallel x tensor-parallel ranks (its ``FusedMoEParallelConfig``), so the row
+  is ``--data-parallel-size k`` (Qwen3-235B-FP8 at tp1 moe_tp2 cannot fit one H200 otherwise).
 - ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker
-  (TensorRT-LLM's is per attention-DP rank: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
+  (TensorRT-LLM's and vLLM's are per attention-DP rank, each vLLM DP rank being its own engine with its
+  own scheduler: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
 - ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
 """
 
@@ -71,18 +77,23 @@ def _int(row: dict, key: str, default: int | None = None) -> int | None:
 
 
 def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
-    """One pool's layout. TensorRT-LLM's ``max_batch_size`` is per rank, so with attention DP a worker
-    runs ``batch_size x attention_dp_size`` sequences; vLLM's and SGLang's limits are per worker."""
+    """One pool's layout. TensorRT-LLM's ``max_batch_size`` and vLLM's ``max_num_seqs`` are per
+    attention-DP rank, so a worker runs ``batch_size x attention_dp_size`` sequences; SGLang's
+    ``max_running_requests`` is per worker."""
     tp = _int(row, f"{prefix}tp_size", 1)
     pp = _int(row, f"{prefix}pp_size", 1)
     dp = _int(row, f"{prefix}attention_dp_size", 1)
     moe_tp = _int(row, f"{prefix}moe_tp_size", 1)
     moe_ep = _int(row, f"{prefix}moe_ep_size", 1)
+    vllm = row.get("backend", "").strip() == "vllm"
+    if moe and vllm and not (row.get(f"{prefix}attention_dp_size") or "").strip() \
+            and moe_tp * moe_ep > tp and (moe_tp * moe_ep) % tp == 0:
+        dp = moe_tp * moe_ep // tp  # vLLM's MoE layers span all data-parallel x tensor-parallel ranks
     if moe and tp * dp != moe_tp * moe_ep:
         return f"layout: attention on tp{tp} x dp{dp} GPUs but experts on moe_tp{moe_tp} x moe_ep{moe_ep}"
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
-    if row.get("backend", "").strip() == "trtllm":
+    if row.get("backend", "").strip() == "trtllm" or vllm:
         seqs *= dp
     return Pool(megatron_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
 

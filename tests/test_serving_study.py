@@ -1,0 +1,82 @@
+"""The serving study's row mapping (aiconfigurator's silicon_sample schema -> a serving plan) and its outputs."""
+
+import csv
+import json
+
+import pytest
+
+from validation.studies.serving import FIT_MODELS, run, split_of
+from validation.studies.serving.mapping import map_row
+
+_BASE = {"source_url": "x", "id": "row", "backend": "vllm", "backend_version": "0.12.0", "system": "h200_sxm",
+         "precision": "fp8", "mode": "agg", "isl": "1000", "osl": "100", "gemm_quant_mode": "fp8",
+         "moe_quant_mode": "fp8", "batch_size": "8", "pp_size": "1", "silicon_ttft_ms": "100",
+         "silicon_tpot_ms": "10", "silicon_data_source": "source_file=a.csv; silicon_concurrency=8"}
+
+
+def _row(**kw) -> dict:
+    row = dict(_BASE)
+    row.update({k: str(v) for k, v in kw.items()})
+    return row
+
+
+def _qwen_moe(**kw) -> dict:
+    return _row(model_path="Qwen/Qwen3-235B-A22B-FP8", **kw)
+
+
+def test_vllm_blank_attention_dp_is_the_moe_world_over_tp():
+    case = map_row(_qwen_moe(tp_size=1, attention_dp_size="", moe_tp_size=2, moe_ep_size=1))
+    assert not case.skip
+    pool = case.plan.pool
+    assert (pool.strategy.tp, pool.strategy.ep) == (1, 2)
+    assert pool.max_num_seqs == 16  # vLLM's max_num_seqs is per data-parallel engine
+
+
+def test_explicit_attention_dp_that_disagrees_with_the_experts_is_skipped():
+    case = map_row(_qwen_moe(tp_size=1, attention_dp_size=1, moe_tp_size=2, moe_ep_size=1))
+    assert case.skip.startswith("layout: attention on tp1 x dp1 GPUs but experts on moe_tp2")
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_blank_attention_dp_is_inferred_for_vllm_only(backend):
+    case = map_row(_qwen_moe(backend=backend, tp_size=1, attention_dp_size="", moe_tp_size=2, moe_ep_size=1))
+    assert case.skip.startswith("layout: attention on")
+
+
+def test_disaggregated_row_without_worker_counts_is_skipped():
+    row = _row(model_path="deepseek-ai/DeepSeek-R1", mode="disagg", backend="trtllm", batch_size="",
+               **{f"{p}_{k}": v for p in ("prefill", "decode") for k, v in
+                  (("tp_size", 8), ("pp_size", 1), ("attention_dp_size", 1), ("moe_tp_size", 1),
+                   ("moe_ep_size", 8))})
+    assert map_row(row).skip.startswith("layout: a disaggregated row without worker counts")
+    row.update(prefill_num_workers="1", decode_num_workers="2")
+    case = map_row(row)
+    assert not case.skip and case.plan.gpus == 24
+
+
+def test_unknown_model_and_system_are_skipped_with_why():
+    assert map_row(_row(model_path="nobody/NoSuchModel-7B", tp_size=1)).skip.startswith("model: no preset")
+    assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1,
+                        system="mi300x")).skip.startswith("system:")
+
+
+def test_split_is_by_model():
+    assert split_of({"model_path": FIT_MODELS[0]}) == "fit"
+    assert split_of({"model_path": "openai/gpt-oss-120b"}) == "test"
+
+
+def test_run_writes_rows_and_summary(tmp_path):
+    rows = [_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1,
+                 silicon_data_source="silicon_concurrency=4", isl=256, osl=16),
+            _row(model_path="nobody/NoSuchModel-7B", tp_size=1)]
+    data = tmp_path / "in.csv"
+    with data.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = run(data, tmp_path / "out")
+    out = list(csv.DictReader((tmp_path / "out" / "rows.csv").open()))
+    assert [bool(r["skipped_reason"]) for r in out] == [False, True]
+    assert float(out[0]["sim_ttft_ms"]) > 0 and float(out[0]["sim_tpot_ms"]) > 0
+    assert summary["all"]["simulated"] == 1 and summary["simulated_share"] == 0.5
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["test"]["rows"] == 1  # the 8B model is a fit model
