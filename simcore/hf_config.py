@@ -1,10 +1,11 @@
 """Readers of Hugging Face ``config.json`` files, one per model family, into :class:`~simcore.models.ModelSpec`.
 
 Families: llama / mistral / mixtral / qwen2 / qwen3 (:mod:`simcore.hf_families` holds the MoE ones:
-qwen2_moe / qwen3_moe, deepseek_v2 / v3 / kimi_k2, gpt_oss, llama4, minimax_m2), falcon, gptj. A
-multimodal config is read through its ``text_config``. Nothing is guessed in silence:
+qwen2_moe / qwen3_moe, deepseek_v2 / v3 / kimi_k2, gpt_oss, llama4, minimax_m2, and the Gated DeltaNet
+hybrids qwen3_next / qwen3_5 / qwen3_5_moe), falcon, gptj. A multimodal config is read through its
+``text_config`` (flat or nested). Nothing is guessed in silence:
 
-- an architecture whose cost the catalog cannot express (linear attention, state-space layers,
+- an architecture whose cost the catalog cannot express (other linear attentions, state-space layers,
   DeepSeek sparse attention) is refused by name (:data:`REJECTED`);
 - after a family has read its fields, any structural field left unread (experts, MoE layout,
   windows, linear attention...) is an error naming it, so a Qwen3-MoE config can no longer load as a
@@ -31,9 +32,6 @@ _MISSING = object()
 
 #: model_type -> why the catalog refuses it (its attention is not softmax attention over the KV cache).
 REJECTED = {
-    "qwen3_next": "hybrid Gated DeltaNet linear attention", "qwen3_5": "hybrid Gated DeltaNet linear attention",
-    "qwen3_5_moe": "hybrid Gated DeltaNet linear attention", "qwen3_5_text": "hybrid Gated DeltaNet linear attention",
-    "qwen3_5_moe_text": "hybrid Gated DeltaNet linear attention",
     "deepseek_v32": "DeepSeek sparse attention (lightning indexer + top-k KV selection)",
     "glm_moe_dsa": "DeepSeek sparse attention (lightning indexer + top-k KV selection)",
     "minimax": "lightning linear attention", "minimax_text_01": "lightning linear attention",
@@ -282,7 +280,7 @@ def _parsers() -> dict[str, Callable[[Reader], dict[str, Any]]]:
             "RefinedWebModel": _parse_falcon, "deepseek_v3": fam.parse_deepseek, "deepseek_v2": fam.parse_deepseek,
             "kimi_k2": fam.parse_deepseek, "qwen2_moe": fam.parse_qwen_moe, "qwen3_moe": fam.parse_qwen_moe,
             "gpt_oss": fam.parse_gpt_oss, "llama4_text": fam.parse_llama4, "minimax_m2": fam.parse_minimax_m2,
-            SPEC_TYPE: _parse_spec}
+            **dict.fromkeys(fam.QWEN_HYBRID_TYPES, fam.parse_qwen_hybrid), SPEC_TYPE: _parse_spec}
 
 
 def _load_json(path: Path) -> Any:
@@ -298,14 +296,16 @@ def _load_json(path: Path) -> Any:
 
 
 def _text_model(cfg: Mapping[str, Any], reader: Reader) -> Mapping[str, Any]:
-    """A multimodal config's ``text_config`` (with the outer ``_`` keys), else the config itself."""
+    """A multimodal config's ``text_config`` (with the outer ``_`` keys, and the outer ``model_type``
+    when the inner one has none), else the config itself."""
     outer = cfg.get("model_type")
     if outer in REJECTED:
         raise reader.error(f"model_type {outer!r} has {REJECTED[outer]}, which the cost model does not express")
     inner = cfg.get("text_config")
     if not isinstance(inner, Mapping) or cfg.get("num_hidden_layers") is not None:
         return cfg
-    return {**inner, **{k: v for k, v in cfg.items() if k.startswith("_")}}
+    kind = {"model_type": outer} if outer is not None and inner.get("model_type") is None else {}
+    return {**inner, **kind, **{k: v for k, v in cfg.items() if k.startswith("_")}}
 
 
 def from_hf_config(source: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None):

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .hf_config import _MISSING as _NONE
 from .hf_config import Reader, qwen_attention, windowed_layers
 
-__all__ = ["parse_deepseek", "parse_qwen_moe", "parse_gpt_oss", "parse_llama4", "parse_minimax_m2"]
+__all__ = ["parse_deepseek", "parse_qwen_moe", "parse_gpt_oss", "parse_llama4", "parse_minimax_m2",
+           "parse_qwen_hybrid", "QWEN_HYBRID_TYPES"]
+
+#: model_types of the Qwen Gated DeltaNet hybrids, flat (text model) or wrapping a ``text_config``.
+QWEN_HYBRID_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text")
+_STATE_DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 def _base(r: Reader) -> dict[str, Any]:
     hidden, heads = r.int("hidden_size"), r.int("num_attention_heads")
@@ -61,17 +67,93 @@ def parse_qwen_moe(r: Reader) -> dict[str, Any]:
     layers = spec["num_layers"]
     spec.update(ffn_size=r.int("intermediate_size"), attention_bias=r.flag("attention_bias", False))
     spec.update(qwen_attention(r, layers))
+    spec.update(_qwen_experts(r, layers, shared=r.cfg.get("model_type") == "qwen2_moe"))
+    return spec
+
+
+def _qwen_experts(r: Reader, layers: int, shared: bool) -> dict[str, Any]:
+    """The Qwen MoE layout; ``shared``: one sigmoid-gated shared expert of its own width."""
     step = r.int("decoder_sparse_step", default=1)
     dense = set(r.int_list("mlp_only_layers"))
     moe = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
     if not moe:
         raise r.error(f"fields 'mlp_only_layers' / 'decoder_sparse_step'={step} leave no MoE layer")
     expert = r.int("moe_intermediate_size")
-    shared = _shared_experts(r, "shared_expert_intermediate_size", expert) \
-        if r.cfg.get("model_type") == "qwen2_moe" else 0
-    spec.update(num_experts=r.same_int("num_experts", "num_local_experts"), top_k=r.int("num_experts_per_tok"),
-                expert_ffn_size=expert, num_shared_experts=shared, shared_expert_gate=shared > 0, moe_layers=moe)
+    n_shared = _shared_experts(r, "shared_expert_intermediate_size", expert) if shared else 0
+    return {"num_experts": r.same_int("num_experts", "num_local_experts"), "top_k": r.int("num_experts_per_tok"),
+            "expert_ffn_size": expert, "num_shared_experts": n_shared, "shared_expert_gate": n_shared > 0,
+            "moe_layers": moe}
+
+
+def parse_qwen_hybrid(r: Reader) -> dict[str, Any]:
+    """Qwen3-Next / Qwen3.5 (dense or MoE): Gated DeltaNet layers, gated softmax attention (per-head q/k
+    RMSNorm) on the layers ``layer_types`` names ``full_attention``, else every
+    ``full_attention_interval``-th; MoE layers as Qwen-MoE's with a gated shared expert. Defaults are
+    transformers' ``Qwen3NextConfig`` ones (head_dim 256, interval 4, linear heads 16 / 32 of 128, conv 4)."""
+    hidden, heads = r.int("hidden_size"), r.int("num_attention_heads")
+    layers = r.int("num_hidden_layers")
+    spec: dict[str, Any] = {
+        "num_layers": layers, "hidden_size": hidden, "num_heads": heads,
+        "num_kv_heads": r.int("num_key_value_heads", default=heads), "head_dim": r.int("head_dim", default=256),
+        "vocab_size": r.int("vocab_size"), "tied_embeddings": r.flag("tie_word_embeddings", False),
+        "attention_bias": r.flag("attention_bias", False), "qk_norm": "head",
+        "attn_output_gate": r.flag("attn_output_gate", True)}
+    r.ignore("output_gate_type", "mtp_num_hidden_layers", "mtp_use_dedicated_embeddings", "num_nextn_predict_layers")
+    linear = _linear_layers(r, layers)
+    if linear:
+        spec.update(linear_layers=linear, linear_key_heads=r.int("linear_num_key_heads", default=16),
+                    linear_value_heads=r.int("linear_num_value_heads", default=32),
+                    linear_key_head_dim=r.int("linear_key_head_dim", default=128),
+                    linear_value_head_dim=r.int("linear_value_head_dim", default=128),
+                    linear_conv_kernel=r.int("linear_conv_kernel_dim", default=4), linear_state_bytes=_state_bytes(r))
+        if spec["linear_value_heads"] % spec["linear_key_heads"]:
+            raise r.error(f"field 'linear_num_value_heads'={spec['linear_value_heads']} is not a multiple of "
+                          f"linear_num_key_heads={spec['linear_key_heads']}")
+    else:  # every layer softmax attention: the linear-attention sizes are unused
+        r.ignore("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                 "linear_conv_kernel_dim", "mamba_ssm_dtype")
+    if r.int("num_experts", default=0, minimum=0):
+        spec.update(_qwen_experts(r, layers, shared=True))
+        # Qwen3.5-MoE configs have no intermediate_size: without a dense layer it is unused
+        every_layer_moe = len(spec["moe_layers"]) == layers
+        spec["ffn_size"] = r.int("intermediate_size", default=spec["expert_ffn_size"] if every_layer_moe else _NONE)
+    else:
+        r.ignore("num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size",
+                 "decoder_sparse_step", "mlp_only_layers")
+        spec["ffn_size"] = r.int("intermediate_size")
     return spec
+
+
+def _linear_layers(r: Reader, layers: int) -> tuple[int, ...]:
+    """The Gated DeltaNet layers: from ``layer_types``, else all but every ``full_attention_interval``-th
+    (transformers: layer i is full attention iff ``(i + 1) % interval == 0``); both given must agree."""
+    interval = r.int("full_attention_interval", default=4)
+    derived = tuple(i for i in range(layers) if (i + 1) % interval)
+    kinds = r.str_list("layer_types")
+    if kinds is None:
+        return derived
+    if len(kinds) != layers:
+        raise r.error(f"field 'layer_types' has {len(kinds)} entries for num_hidden_layers={layers}")
+    unknown = sorted(set(kinds) - {"linear_attention", "full_attention"})
+    if unknown:
+        raise r.error(f"field 'layer_types' has {', '.join(map(repr, unknown))} layers; a Qwen hybrid has only "
+                      "'linear_attention' and 'full_attention'")
+    linear = tuple(i for i, kind in enumerate(kinds) if kind == "linear_attention")
+    if r.cfg.get("full_attention_interval") is not None and linear != derived:
+        raise r.error(f"conflicting fields 'layer_types' and 'full_attention_interval'={interval}")
+    return linear
+
+
+def _state_bytes(r: Reader) -> int:
+    """Bytes per element of the recurrent state: ``mamba_ssm_dtype`` (Qwen3.5: float32), else the
+    16-bit model dtype, which vLLM keeps when the config names none."""
+    value = r.cfg.get("mamba_ssm_dtype")
+    r.ignore("mamba_ssm_dtype")
+    if value is None:
+        return 2
+    if value not in _STATE_DTYPES:
+        raise r.error(f"field 'mamba_ssm_dtype' must be one of {', '.join(_STATE_DTYPES)}, got {value!r}")
+    return _STATE_DTYPES[value]
 
 
 def parse_gpt_oss(r: Reader) -> dict[str, Any]:

@@ -11,6 +11,12 @@ The tasks of one microbatch come in blocks (see :func:`lower`): ``dense_layer`` 
 (one decoder layer of each kind), ``first`` (embedding, on the first stage), ``last`` (final
 conversion, LM head and sampling, on the last stage) and ``p2p`` (the activation sent to the next
 pipeline stage).
+
+A hybrid model (Gated DeltaNet linear attention on some layers, :mod:`simcore.linear_attention`) has
+one block per layer kind as any other; its token-mixer tasks (``qkv``, ``attention``, ``out_proj``) are
+the mean layer: the softmax-attention version's time weighted by the share of attention layers plus the
+linear-attention version's weighted by theirs, so a stage of ``n`` layers costs ``n`` mean layers (exact
+for the whole model, and for every stage holding its share of attention layers).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from . import layout as L
+from . import linear_attention as gdn
 from .cluster import Cluster, group_ranks_per_domain
 from .collectives import collective_time_s
 from .host import kernel_fixed_s
@@ -160,14 +167,40 @@ class _Lowerer:
         self.size = {"tp": v.tp, "ep": v.ep, "pp": 2 if self.scalar else np.full(len(s), 2)}
 
     # ----- compute -------------------------------------------------------------------------
-    def _linear(self, name: str, tokens) -> Task:
+    def _linear(self, name: str, tokens, shape: tuple[int, int] | None = None) -> Task:
+        """One GEMM of operator ``name`` under its sharding; ``shape`` overrides its ``[in, out]``."""
         op, c = self.ops[name], self.s.choice[name]
+        in_f, out_f = shape or (op.in_features, op.out_features)
         rep = c == REPLICATED
         m = self.xp.where(rep, self.xp.ceil(tokens / self.t), tokens)
-        k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
-        n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
+        k = self.xp.where(c == 0, in_f / self.t, in_f)
+        n = self.xp.where(c == 1, out_f / self.t, out_f)
         time = gemm_time_s(m, n, k, self.gpu, self.w.precision)
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k)
+
+    def _mean_layer(self, attention: Task, linear: list[Task]) -> Task:
+        """A hybrid model's token-mixer task: ``attention`` (a softmax-attention layer's) and the sum of
+        ``linear`` (a linear-attention layer's) weighted by their layers' shares of the model."""
+        m = self.m
+        a, b = m.num_attention_layers / m.num_layers, len(m.linear_layers) / m.num_layers
+        attention.time_s = a * attention.time_s + b * sum(t.time_s for t in linear)
+        attention.flops = a * attention.flops + b * sum(t.flops for t in linear)
+        return attention
+
+    def _projection(self, name: str) -> Task:
+        """``qkv`` or ``out_proj``; for a hybrid model the mean of the softmax-attention GEMM and the
+        Gated DeltaNet one(s): in_proj_qkvz + in_proj_ba, or out_proj from the value heads."""
+        m, h = self.m, self.m.hidden_size
+        if not m.is_hybrid:
+            return self._linear(name, self.tokens)
+        o_in, tokens = m.num_heads * m.v_head_dim, self.tokens
+        if name == "out_proj":
+            value = m.linear_value_heads * m.linear_value_head_dim
+            return self._mean_layer(self._linear(name, tokens, (o_in, h)), [self._linear(name, tokens, (value, h))])
+        qkv_out = (m.attention_params() - o_in * h) // h
+        qkvz, ba = gdn.projection_features(m)
+        return self._mean_layer(self._linear(name, tokens, (h, qkv_out)),
+                                [self._linear(name, tokens, (h, qkvz)), self._linear(name, tokens, (h, ba))])
 
     def _experts(self, name: str, tokens) -> Task:
         """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped."""
@@ -188,10 +221,27 @@ class _Lowerer:
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
 
     def _attention(self) -> Task:
+        """The token mixer of one layer: softmax attention, or a hybrid model's mean layer."""
+        if not self.m.is_hybrid:
+            return self._softmax_attention()
+        return self._mean_layer(self._softmax_attention(), [self._linear_mixer()])
+
+    def _linear_mixer(self) -> Task:
+        """One Gated DeltaNet layer's conv1d, delta rule and gated norm
+        (:func:`simcore.linear_attention.mixer_time_s`): heads split under ``dim1``, sequences under
+        ``dim0``, as attention's."""
+        c = self.s.choice["attention"]
+        seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
+        new, prior = self.prefill_chunk or (float(self.w.input_len), 0.0)
+        time, flops = gdn.mixer_time_s(self.m, self.gpu, self.w.precision, self.xp, self.phase, seqs_local,
+                                       new, prior, self.xp.where(c == 1, self.t, 1.0), self.act)
+        return Task("linear_attention", "attention", "attention", time, flops=flops)
+
+    def _softmax_attention(self) -> Task:
         c = self.s.choice["attention"]
         heads = self.m.num_heads
         d_qk, d_v = attention_dims(self.m, self.phase)
-        kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_layers * self.w.kv_bytes
+        kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_attention_layers * self.w.kv_bytes
         kv_heads_shard = 1.0 if self.m.is_mla else self.xp.minimum(self.t, self.m.num_kv_heads)
         if self.phase == "decode":  # sliding-window layers attend to at most their window
             span = self.m.attention_context(self.context)
@@ -269,13 +319,13 @@ class _Lowerer:
     def attention_block(self, res_in) -> tuple[list[Task], str]:
         """qkv -> attention -> out_proj; returns tasks and the operator whose input comes next."""
         h, ops = self.m.hidden_size, self.ops
-        tasks = [self._norms(res_in), self._linear("qkv", self.tokens)]
+        tasks = [self._norms(res_in), self._projection("qkv")]
         tasks.append(self._convert("qkv->attention", "attention", self._layout("qkv", "out"),
                                    self._layout("attention", "in"), ops["qkv"].out_features))
         tasks.append(self._attention())
         tasks.append(self._convert("attention->out_proj", "out_proj", self._layout("attention", "out"),
                                    self._layout("out_proj", "in"), ops["attention"].out_features))
-        tasks.append(self._linear("out_proj", self.tokens))
+        tasks.append(self._projection("out_proj"))
         nxt = "router" if "router" in ops and self._moe else "dense_ffn1"
         tasks.append(self._convert(f"out_proj->{nxt}", "out_proj", self._layout("out_proj", "out"),
                                    self._layout(nxt, "in"), h))

@@ -1,4 +1,9 @@
-"""Per-GPU memory (weights, KV cache, activations) and strategy validity with machine-readable reasons.
+"""Per-GPU memory (weights, KV cache, linear-attention state, activations) and strategy validity with
+machine-readable reasons.
+
+A hybrid model's linear-attention layers (Gated DeltaNet) hold a fixed state per sequence, not a KV
+cache: the KV term counts only its softmax-attention layers (per token) and a state term its
+linear-attention layers (per sequence), both as the mean over the stage's layers.
 
 Validity is a bitmask per strategy so 10^5 strategies are checked at once; :func:`reason_names`
 turns one mask into names such as ``"hbm_capacity"``.
@@ -92,6 +97,9 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     kv_heads_shard = 1.0 if m.is_mla else np.minimum(t, m.num_kv_heads)
     seqs_local = np.where(c_attn == DIM0, np.ceil(seqs_group / t), seqs_group)
     kv = kv_layer * seqs_local / np.where(c_attn == DIM1, kv_heads_shard, 1.0)
+    # linear-attention state: its heads and conv channels split under dim1 like the attention heads
+    state_layer = m.linear_state_bytes_per_sequence(w.activation_bytes) / m.num_layers
+    kv = kv + state_layer * seqs_local / np.where(c_attn == DIM1, t, 1.0)
 
     n_dense, n_moe, in_stage = stage_layers(m, s.pp)
     per_stage = n_dense * (attn + dense + kv)[:, None] + n_moe * (attn + moe + kv)[:, None]
@@ -121,6 +129,8 @@ def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     heads_split = (s.choice["qkv"] == DIM1) | (s.choice["attention"] == DIM1)
     kv_ok = np.where(t <= m.num_kv_heads, m.num_kv_heads % t == 0, t % m.num_kv_heads == 0)
     heads_bad = heads_split & ((m.num_heads % t != 0) | ~kv_ok)
+    if m.is_hybrid:  # vLLM divides the Gated DeltaNet key and value heads over the TP ranks
+        heads_bad |= heads_split & ((m.linear_key_heads % t != 0) | (m.linear_value_heads % t != 0))
     mask |= np.where(heads_bad, bit("heads_divisibility"), 0)
     # attention and qkv split by heads (checked above); vocabularies are padded to the group
     names = [n for n in ops if n not in ("attention", "qkv", "embedding", "lm_head")]

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from . import linear_attention as gdn
 from .hf_config import REJECTED, SPEC_TYPE, ModelConfigError, from_hf_config
 
 __all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "preset_for", "model_summary",
@@ -44,6 +45,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "deepseek-v3", "gpt-moe-1.2t", "gpt-moe-1.6t",
     "qwen3-32b", "qwen3-235b-a22b", "qwen2-57b-a14b", "deepseek-v2", "deepseek-v2-lite", "deepseek-r1",
     "gpt-oss-120b", "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "kimi-k2", "minimax-m2",
+    "qwen3-next-80b-a3b", "qwen3.5-397b-a17b",
 )
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
@@ -63,7 +65,10 @@ class ModelSpec:
     layers are MoE: ``moe_layers`` when given (Qwen-MoE ``mlp_only_layers`` / ``decoder_sparse_step``,
     Llama-4 interleaving), else every layer ``i >= dense_first_layers`` with ``i % moe_layer_freq == 0``
     (DeepSeek). Layers in ``window_layers`` attend to at most ``sliding_window`` past tokens (gpt-oss,
-    Mistral, Llama-4's chunked layers). For MLA models ``head_dim`` is the query/key head size
+    Mistral, Llama-4's chunked layers). Layers in ``linear_layers`` mix tokens with Gated DeltaNet linear
+    attention (Qwen3-Next, Qwen3.5; :mod:`simcore.linear_attention`) and hold a fixed state per sequence
+    instead of a KV cache; the ``linear_*`` fields are its head counts and sizes. For MLA models
+    ``head_dim`` is the query/key head size
     (``qk_nope + qk_rope``). For other models ``v_head_dim`` may be left 0 and is then set to
     ``head_dim``, so ``q_head_dim`` and ``v_head_dim`` are valid for every model.
     """
@@ -105,6 +110,14 @@ class ModelSpec:
     qk_norm: str = "none"  # RMSNorm on q and k: "head" (Qwen3, per head_dim) or "layer" (MiniMax, full width)
     qkv_bias: bool = False  # biases on q/k/v but not o (Qwen2)
     shared_expert_gate: bool = False  # Qwen2-MoE: a sigmoid gate [hidden, 1] on the shared expert
+    attn_output_gate: bool = False  # Qwen3-Next / Qwen3.5: q_proj also yields a sigmoid gate on the output
+    linear_layers: tuple[int, ...] = ()  # Gated DeltaNet layers; the others are softmax attention
+    linear_key_heads: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0  # width of the depthwise causal conv1d over q, k, v
+    linear_state_bytes: int = 0  # bytes per element of the recurrent state (config mamba_ssm_dtype)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -120,7 +133,7 @@ class ModelSpec:
         self._check("qk_norm", self.qk_norm in _QK_NORMS, f"must be one of {', '.join(_QK_NORMS)}")
         self._check("qkv_bias", not (self.qkv_bias and self.attention_bias),
                     "and attention_bias must not both be set (attention_bias covers q/k/v/o)")
-        for field in ("moe_layers", "window_layers"):
+        for field in ("moe_layers", "window_layers", "linear_layers"):
             object.__setattr__(self, field, tuple(int(i) for i in getattr(self, field)))
             layers = getattr(self, field)
             self._check(field, all(0 <= i < self.num_layers for i in layers)
@@ -130,6 +143,7 @@ class ModelSpec:
                     f"must be non-empty exactly when sliding_window > 0 (sliding_window={self.sliding_window})")
         self._check_moe()
         self._check_mla()
+        gdn.check(self, lambda field, requirement: self._check(field, False, requirement))
 
     def _check(self, field: str, ok: bool, requirement: str) -> None:
         if not ok:
@@ -200,13 +214,32 @@ class ModelSpec:
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether some layers use linear attention (Gated DeltaNet) instead of softmax attention."""
+        return bool(self.linear_layers)
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention over a KV cache."""
+        return self.num_layers - len(self.linear_layers)
+
+    def layer_is_linear(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) mixes tokens with linear attention."""
+        return layer in self._linear_set
+
+    @functools.cached_property
+    def _linear_set(self) -> frozenset[int]:
+        return frozenset(self.linear_layers)
+
     def dense_layers_before(self) -> np.ndarray:
         """``out[i]`` = dense layers among the first ``i`` (length ``num_layers + 1``), for stage splits."""
         return np.concatenate([[0], np.cumsum([not moe for moe in self._moe_pattern])]).astype(np.int64)
 
     # ------------------------------------------------------------ attention span
     def attention_context(self, context):
-        """Mean over layers of the tokens one decode step attends to at ``context`` (scalar or array).
+        """Mean over softmax-attention layers of the tokens one decode step attends to at ``context``
+        (scalar or array).
 
         A windowed layer attends to ``min(context, sliding_window)``, the others to ``context``; the
         same mean sizes the KV cache a layer holds. Equals ``context`` for a model without windows.
@@ -215,18 +248,21 @@ class ModelSpec:
         if n_win == 0:
             return context
         windowed = np.minimum(context, float(self.sliding_window))
-        mean = ((self.num_layers - n_win) * np.asarray(context, dtype=float) + n_win * windowed) / self.num_layers
+        n = self.num_attention_layers
+        mean = ((n - n_win) * np.asarray(context, dtype=float) + n_win * windowed) / n
         return float(mean) if np.ndim(mean) == 0 else mean
 
     def prefill_attention_pairs(self, seq_len: float) -> float:
-        """Mean over layers of the causal (query, key) pairs of a prefill of ``seq_len`` tokens."""
+        """Mean over softmax-attention layers of the causal (query, key) pairs of a prefill of
+        ``seq_len`` tokens."""
         full = seq_len * seq_len / 2.0
         n_win = len(self.window_layers)
         if n_win == 0 or seq_len <= self.sliding_window:
             return full
         w = float(self.sliding_window)
         windowed = w * seq_len - w * w / 2.0
-        return ((self.num_layers - n_win) * full + n_win * windowed) / self.num_layers
+        n = self.num_attention_layers
+        return ((n - n_win) * full + n_win * windowed) / n
 
     # ---------------------------------------------------------- parameter counts
     def attention_params(self) -> int:
@@ -235,10 +271,11 @@ class ModelSpec:
         h, heads = self.hidden_size, self.num_heads
         if not self.is_mla:
             q, kv = heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q_out = q * (2 if self.attn_output_gate else 1)  # the output gate comes out of q_proj
             bias = 0
             if self.attention_bias or self.qkv_bias:  # q, k, v biases; o's only with attention_bias
-                bias = q + 2 * kv + (h if self.attention_bias else 0)
-            return h * (q + 2 * kv) + q * h + bias + extra
+                bias = q_out + 2 * kv + (h if self.attention_bias else 0)
+            return h * (q_out + 2 * kv) + q * h + bias + extra
         q_out = heads * self.q_head_dim
         if self.q_lora_rank:  # q_a_proj, q_a_layernorm, q_b_proj
             q_params = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q_out
@@ -249,6 +286,10 @@ class ModelSpec:
         o = heads * self.v_head_dim * h
         bias = self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim + h if self.attention_bias else 0
         return q_params + kv_a + kv_b + o + bias + extra
+
+    def linear_attention_params(self) -> int:
+        """One Gated DeltaNet token mixer (elements); 0 for a model without linear attention."""
+        return gdn.layer_params(self) if self.is_hybrid else 0
 
     def _qk_norm_params(self) -> int:
         if self.qk_norm == "head":
@@ -300,7 +341,8 @@ class ModelSpec:
             mlp = (experts + self.num_shared_experts) * self.expert_params() + self.router_params()
         else:
             mlp = self.dense_mlp_params()
-        return self.attention_params() + self.norm_params() + mlp
+        mixer = self.linear_attention_params() if self.layer_is_linear(layer) else self.attention_params()
+        return mixer + self.norm_params() + mlp
 
     def _params(self, active: bool) -> int:
         outside = self.embedding_params() + self.lm_head_params() + self._one_norm()  # + final norm
@@ -315,13 +357,19 @@ class ModelSpec:
         return self._params(active=True)
 
     def kv_cache_elements_per_token(self) -> int:
-        """KV-cache elements per token over all layers (MLA caches the latent plus the rope key).
+        """KV-cache elements per token over all softmax-attention layers (MLA caches the latent plus
+        the rope key); linear-attention layers hold :meth:`linear_state_bytes_per_sequence` instead.
 
         Per token of a context no longer than every window; a windowed layer holds at most
         ``sliding_window`` tokens (see :meth:`attention_context`)."""
         if self.is_mla:
-            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_layers
-        return 2 * self.num_kv_heads * self.head_dim * self.num_layers
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_attention_layers
+        return 2 * self.num_kv_heads * self.head_dim * self.num_attention_layers
+
+    def linear_state_bytes_per_sequence(self, activation_bytes: float = 2.0) -> float:
+        """Bytes of fixed state (conv + recurrent) one sequence holds over the linear-attention layers,
+        whatever its length; 0 without linear attention."""
+        return gdn.state_bytes_per_sequence(self, activation_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         """A config dict (``model_type`` ``"simcore_spec"``) that :func:`from_hf_config` reads back."""
@@ -353,11 +401,14 @@ _SAME_SHAPE = {
     "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct",),
     "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct",),
     "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
+    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8",
+                           "Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3-Next-80B-A3B-Thinking-FP8"),
+    "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B-FP8",),
 }
 # Published model ids of architectures the cost model refuses, with their model_type.
 _REFUSED_IDS = {"zai-org/GLM-5": "glm_moe_dsa", "zai-org/GLM-5-FP8": "glm_moe_dsa",
                 "deepseek-ai/DeepSeek-V3.2-Exp": "deepseek_v32", "deepseek-ai/DeepSeek-V3.2": "deepseek_v32",
-                "Qwen/Qwen3-Next-80B-A3B-Instruct": "qwen3_next", "MiniMaxAI/MiniMax-M1-80k": "minimax_m1"}
+                "MiniMaxAI/MiniMax-M1-80k": "minimax_m1"}
 
 
 @functools.cache

@@ -110,6 +110,12 @@ def model_ops(model: ModelSpec) -> dict[str, FusedOp]:
     gate = 2 if model.gated_mlp else 1
     o_in = model.num_heads * model.v_head_dim
     qkv_params = model.attention_params() - o_in * h
+    if model.is_hybrid:  # the mean layer: softmax- and linear-attention weights by their layers' shares
+        n_attn, n_lin = model.num_attention_layers, len(model.linear_layers)
+        lin_o = model.linear_value_heads * model.linear_value_head_dim
+        lin_in = model.linear_attention_params() - lin_o * h
+        qkv_params = (n_attn * qkv_params + n_lin * lin_in) // model.num_layers
+        o_in = round((n_attn * o_in + n_lin * lin_o) / model.num_layers)
     qkv_out = max(1, qkv_params // h)  # fused q/k/v (MLA: its down+up projections), as one [h, out] GEMM
     ops = [
         FusedOp("embedding", model.vocab_size, h, ("tokens", "hidden")),

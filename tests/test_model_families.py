@@ -137,7 +137,7 @@ def test_multimodal_nesting_reads_the_text_model() -> None:
 
 
 @pytest.mark.parametrize(("model_type", "reason"), [
-    ("qwen3_next", "linear attention"), ("qwen3_5_moe", "linear attention"), ("glm_moe_dsa", "sparse attention"),
+    ("kimi_linear", "linear attention"), ("minimax_text_01", "linear attention"), ("glm_moe_dsa", "sparse attention"),
     ("deepseek_v32", "sparse attention"), ("jamba", "state-space"), ("minimax_m1", "linear attention"),
 ])
 def test_architectures_it_cannot_express_are_refused(model_type: str, reason: str) -> None:

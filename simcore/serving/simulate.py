@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ..lowering import CostContext
+from ..lowering import CostContext, StrategyArrays
+from ..memory import reason_names, structural_reasons
 from .kvcache import kv_capacity_tokens
 from .metrics import ServingMetrics, summarize
 from .plan import ServingPlan
@@ -33,6 +34,22 @@ from .worker import PlanInfeasible, Worker
 __all__ = ["ServingConfig", "ServingResult", "simulate_serving", "ARRIVALS"]
 
 ARRIVALS = ("closed", "poisson", "trace")
+#: Strategy reasons that make a pool's layout unrunnable whatever the load (a split of heads, weights,
+#: experts or layers the model does not allow, e.g. TP 64 over 32 attention heads).
+_SHAPE_REASONS = ("heads_divisibility", "feature_divisibility", "experts_divisibility", "layers")
+
+
+def _shape_error(ctx: CostContext, role: str, strategy) -> str | None:
+    """Why a pool's layout cannot run the model at all, or None."""
+    one = strategy.replace(dp=1, batch=strategy.ep, microbatches=1)
+    names = [n for n in reason_names(structural_reasons(ctx, StrategyArrays.from_strategies([one]))[0])
+             if n in _SHAPE_REASONS]
+    if not names:
+        return None
+    pool = "the pool" if role == "both" else f"the {role} pool"
+    return (f"{', '.join(names)}: {pool}'s tp{strategy.tp} ep{strategy.ep} pp{strategy.pp} does not split "
+            f"{ctx.model.name} ({ctx.model.num_heads} heads, {ctx.model.num_experts} experts, "
+            f"{ctx.model.num_layers} layers) evenly")
 
 
 @dataclass
@@ -112,6 +129,9 @@ class _Cluster:
         gpu0 = 0
         self.gpu_offsets: dict[int, int] = {}
         for role, pool in plan.pools:
+            shape = _shape_error(ctx, role, pool.strategy)
+            if shape:
+                raise PlanInfeasible(shape)
             cost = StepCost(ctx, pool.strategy, runtime)
             self.costs.append(cost)
             kv = kv_capacity_tokens(ctx, pool.strategy, runtime)
@@ -139,6 +159,7 @@ class _Cluster:
             self.network = FlowNetwork(env, graph)
         m = ctx.model
         self.kv_bytes_per_token = m.kv_cache_elements_per_token() * ctx.workload.kv_bytes
+        self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
 
     def route(self, req: Request) -> None:
         entry = self.pools.get("both") or self.pools["prefill"]
@@ -149,7 +170,7 @@ class _Cluster:
         self.env.process(self._transfer(req, src, dst))
 
     def _transfer(self, req: Request, src: Worker, dst: Worker):
-        nbytes = req.kv_tokens * self.kv_bytes_per_token
+        nbytes = req.kv_tokens * self.kv_bytes_per_token + self.state_bytes
         n_src, n_dst = self.gpus_per_worker["prefill"], self.gpus_per_worker["decode"]
         if self.network is not None:
             a, b = self.gpu_offsets[src.wid], self.gpu_offsets[dst.wid]

@@ -11,6 +11,10 @@ with a fresh lowering of the same batch): nothing is interpolated.
 With data-parallel attention (``ep`` attention groups, as SGLang's DP attention and DeepSeek's
 deployments run) all groups step together through the MoE layers, so a step costs what its busiest
 group costs.
+
+A hybrid model's token mixer is priced per layer kind: each stage's softmax-attention layers with the
+attention kernel (which grows with each context), its linear-attention layers with the Gated DeltaNet
+mixer (:mod:`simcore.linear_attention`: per sequence and chunk, whatever the context).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 
 from .. import layout as L
 from ..collectives.constants import DEFAULT
+from ..linear_attention import MIXER_KERNELS
 from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
 from ..memory import stage_layers
 from ..strategy import Strategy
@@ -59,6 +64,18 @@ class _NoAttention(_Lowerer):
         return Task("attention", "attention", "attention", 0.0)
 
 
+def _linear_per_stage(model, pp: int) -> list[int]:
+    """Linear-attention layers of each pipeline stage (contiguous split, the first ``L mod pp`` stages
+    one layer longer, as :func:`simcore.memory.stage_layers`)."""
+    base, extra = divmod(model.num_layers, pp)
+    out, start = [], 0
+    for p in range(pp):
+        n = base + (p < extra)
+        out.append(sum(model.layer_is_linear(i) for i in range(start, start + n)))
+        start += n
+    return out
+
+
 class StepCost:
     """Per-stage GPU time of a step on one worker running ``strategy`` (``dp`` is ignored: one replica).
 
@@ -71,6 +88,7 @@ class StepCost:
         self.model, self.gpu, self.w = ctx.model, ctx.cluster.gpu, ctx.workload
         dense, moe, _ = stage_layers(self.model, np.array([strategy.pp]))
         self.dense_layers, self.moe_layers = dense[0].tolist(), moe[0].tolist()
+        self.linear_layers = _linear_per_stage(self.model, strategy.pp)
         self._memo: dict[tuple[int, int], tuple[list[float], int, list[int]]] = {}
         self.lowerings = 0  # how many times the lowering actually ran (the memo's misses)
         one = StrategyArrays.from_strategies([strategy.replace(dp=1, batch=strategy.ep, microbatches=1)])
@@ -137,18 +155,31 @@ class StepCost:
 
     # ------------------------------------------------------------------ attention
     def attention_s(self, group: GroupBatch) -> float:
-        """One layer's attention for one group: the lowering's attention kernel, once per prompt chunk
-        (``new`` tokens after ``prior`` cached ones) and once for the decodes at their mean context
-        (exact where attention is linear in context, i.e. up to sliding windows)."""
+        """One softmax-attention layer's attention for one group: the lowering's attention kernel, once
+        per prompt chunk (``new`` tokens after ``prior`` cached ones) and once for the decodes at their
+        mean context (exact where attention is linear in context, i.e. up to sliding windows)."""
+        return self._mixer_s(group, self._attn._softmax_attention)
+
+    def linear_attention_s(self, group: GroupBatch) -> float:
+        """One linear-attention layer's token mixer for one group (0 without linear attention): the
+        prompt chunks and the decodes, independent of their contexts. The runtimes run all of a step's
+        chunks as one variable-length batch (fla's ``cu_seqlens``), so its kernels' fixed costs count
+        once per step, not once per chunk."""
+        if not self.model.is_hybrid:
+            return 0.0
+        batched = max(len(group.chunks) - 1, 0) * MIXER_KERNELS["prefill"] * self._attn.gpu.kernel_overhead_s
+        return self._mixer_s(group, self._attn._linear_mixer) - batched
+
+    def _mixer_s(self, group: GroupBatch, kernel) -> float:
         low = self._attn
         time = 0.0
         for new, prior in group.chunks:
             low.phase, low.seqs, low.prefill_chunk = "prefill", 1.0, (float(new), float(prior))
-            time += float(low._attention().time_s)
+            time += float(kernel().time_s)
         if group.decode_seqs:
             low.phase, low.seqs, low.prefill_chunk = "decode", float(group.decode_seqs), None
             low.context = group.decode_context_sum / group.decode_seqs
-            time += float(low._attention().time_s)
+            time += float(kernel().time_s)
         return time
 
     # ------------------------------------------------------------------ a step
@@ -161,12 +192,17 @@ class StepCost:
         tokens = max(g.tokens for g in busy)
         sampled = max(g.sampled for g in busy)
         base, launches, compute = self._lowered(tokens, sampled)
-        attn = max(self.attention_s(g) for g in busy)
+        mixers = [(self.attention_s(g), self.linear_attention_s(g)) for g in busy]
         per_layer = max(len(g.chunks) + (1 if g.decode_seqs else 0) for g in busy)
-        layers = [d + e for d, e in zip(self.dense_layers, self.moe_layers, strict=True)]
-        times = [b + n * attn for b, n in zip(base, layers, strict=True)]
-        compute = [c + n * per_layer for c, n in zip(compute, layers, strict=True)]
-        return times, launches + sum(layers) * per_layer, tokens, compute
+        per_linear = max(MIXER_KERNELS["prefill"] * bool(g.chunks) + MIXER_KERNELS["decode"] * bool(g.decode_seqs)
+                         for g in busy) if self.model.is_hybrid else 0
+        times, kernels = [], []
+        for b, d, e, n_lin in zip(base, self.dense_layers, self.moe_layers, self.linear_layers, strict=True):
+            n_attn = d + e - n_lin
+            times.append(b + max(n_attn * a + n_lin * lin for a, lin in mixers))
+            kernels.append(n_attn * per_layer + n_lin * per_linear)
+        compute = [c + k for c, k in zip(compute, kernels, strict=True)]
+        return times, launches + sum(kernels), tokens, compute
 
     def gpu_times(self, groups: list[GroupBatch], runtime) -> list[float]:
         """Per-stage GPU seconds of the step under ``runtime`` (a :class:`RuntimeProfile`).

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import simpy
 
-from .kvcache import KvCache
+from .kvcache import KvCache, state_blocks
 from .requests import Request
 from .runtime import RuntimeProfile
 from .scheduler import GroupScheduler
@@ -44,7 +44,8 @@ class Worker:
         self.on_finish, self.on_prefilled = on_finish, on_prefilled
         groups = cost.strategy.ep
         seqs = max(max_num_seqs // groups, 1)
-        self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens), seqs,
+        state = state_blocks(cost.ctx, cost.strategy, runtime.kv_block_tokens)
+        self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens, state), seqs,
                                       runtime.max_num_batched_tokens) for _ in range(groups)]
         self.stages = [simpy.Resource(env, capacity=1) for _ in range(cost.strategy.pp)]
         self._rr = itertools.cycle(range(groups))
@@ -61,8 +62,9 @@ class Worker:
         """A new request (or, on a decode worker, one whose KV arrived)."""
         g = next(self._rr)
         kv = self.groups[g].kv
-        if kv.blocks_for(req.input_len + req.output_len) > kv.total_blocks:
-            raise PlanInfeasible(f"kv_capacity: one request of {req.input_len}+{req.output_len} tokens needs "
+        if kv.blocks_alone(req.input_len + req.output_len) > kv.total_blocks:
+            state = f" plus {kv.state_blocks * kv.block_tokens} tokens' worth of state" if kv.state_blocks else ""
+            raise PlanInfeasible(f"kv_capacity: one request of {req.input_len}+{req.output_len} tokens{state} needs "
                                  f"more KV than an attention group holds ({kv.total_blocks * kv.block_tokens} tokens)")
         req.group = g
         if self.role == "decode":
