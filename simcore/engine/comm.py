@@ -9,6 +9,7 @@ import simpy
 from ..collectives.flows import collective_channels, run_collective
 from ..hardware import get_gpu
 from .contention import flow_links
+from .deepep import run_exchange
 from .placement import Placement
 from .program import Op
 
@@ -36,13 +37,17 @@ class FlowComm:
     """Contention on: the op runs on every concurrent communicator of its stage (all TP groups, all
     EP groups, every replica) as NCCL-shaped flows on one shared :class:`~simcore.network.FlowNetwork`.
     On an idle fabric a collective takes its analytic cost (``tests/test_collectives.py``); sharing
-    links with other collectives slows it down."""
+    links with other collectives slows it down. ``exchanges``
+    (:class:`~simcore.engine.deepep.FoldedExchanges`) runs the MoE exchanges the lowering priced as
+    DeepEP's kernels as DeepEP's traffic (their pairs may also take their own routes: ``direct_kinds``)."""
 
-    def __init__(self, network, placement: Placement, constants=None, fabric=None, representative: bool = True):
+    def __init__(self, network, placement: Placement, constants=None, fabric=None, representative: bool = True,
+                 exchanges=None, direct_kinds: frozenset = frozenset()):
         self.network, self.placement = network, placement
         self.kwargs = {} if constants is None else {"constants": constants}
-        self.fabric = fabric
+        self.constants, self.fabric = constants, fabric
         self.representative = representative
+        self.exchanges, self.direct_kinds = exchanges, frozenset(direct_kinds)
         self._groups: dict[tuple[str, int], list[list[str]]] = {}
         #: SMs per GPU (H100 SXM: 132), of which a running collective holds :meth:`kernel_sms`
         self.num_sms = get_gpu(network.graph.graph["gpu"]).num_sms
@@ -52,6 +57,9 @@ class FlowComm:
         (:func:`~simcore.collectives.flows.collective_channels`), 0 for an op that moves nothing."""
         if op.size_bytes <= 0:
             return 0
+        ex = self._exchange(op, stage)
+        if ex is not None:  # DeepEP's kernels hold their own SMs
+            return ex.sms
         key = ("sms", stage, op.group, op.collective, op.size_bytes)
         if key not in self._groups:  # memoized: asked at every collective start
             ranks = self.groups(op.group, stage)[0]
@@ -66,21 +74,26 @@ class FlowComm:
         key = (group, stage)
         if key not in self._groups:
             groups = self.placement.groups(group, stage)
-            if self.representative and len(groups) > 1 and _disjoint([self._links(g) for g in groups]):
+            if self.representative and len(groups) > 1 and _disjoint([self._links(g, group) for g in groups]):
                 groups = groups[:1]
             self._groups[key] = groups
         return self._groups[key]
 
-    def _links(self, ranks: list[str]) -> set:
+    def _links(self, ranks: list[str], group: str = "") -> set:
         """Every link any flow among ``ranks`` may use (:func:`simcore.engine.contention.flow_links`)."""
-        return flow_links(self.network.graph, self.network, ranks)
+        return flow_links(self.network.graph, self.network, ranks, group in self.direct_kinds)
+
+    def _exchange(self, op: Op, stage: int):
+        if self.exchanges is None or op.group != "ep":
+            return None
+        return self.exchanges.get(op, self.groups(op.group, stage)[0])
 
     def link_set(self, group: str, stage: int) -> set:
         key = ("links", group, stage)
         if key not in self._groups:
             links: set = set()
             for ranks in self.groups(group, stage):
-                links |= self._links(ranks)
+                links |= self._links(ranks, group)
             self._groups[key] = links
         return self._groups[key]
 
@@ -106,6 +119,12 @@ class FlowComm:
         if not self.contended(op.group, stage):
             if op.duration_s > 0:
                 yield env.timeout(op.duration_s)
+            return
+        if self._exchange(op, stage) is not None:  # DeepEP's traffic on every communicator of the stage
+            procs = [env.process(run_exchange(env, self.network, self.exchanges.get(op, ranks), self.constants,
+                                              self.fabric))
+                     for ranks in self.groups(op.group, stage)]
+            yield env.all_of(procs)
             return
         procs = [run_collective(env, self.network, op.collective, op.size_bytes, ranks, fabric=self.fabric,
                                 **self.kwargs)

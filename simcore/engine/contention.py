@@ -7,19 +7,23 @@ import weakref
 
 from .alltoallv import pxn_relay
 
-__all__ = ["all_groups", "contention_flags", "flow_links"]
+__all__ = ["all_groups", "contention_flags", "direct_kinds", "flow_links"]
 
 _KINDS = ("tp", "ep", "pp")
 
 
-def flow_links(graph, network, ranks: list[str]) -> set:
+def flow_links(graph, network, ranks: list[str], direct: bool = False) -> set:
     """Every link a flow among ``ranks`` may use (a superset of the real flows): each pair's route
-    within a domain or along one rail, else the NVLink-then-rail detour NCCL's PXN takes between rails."""
+    within a domain or along one rail, else the NVLink-then-rail detour NCCL's PXN takes between rails;
+    ``direct``: every pair's own route too (DeepEP's low-latency kernels write straight across rails,
+    :mod:`simcore.engine.deepep`)."""
     links: set = set()
     for a in ranks:
         for b in ranks:
             if a == b:
                 continue
+            if direct:
+                links.update(network.path(a, b))
             peer = pxn_relay(graph, a, b)
             if peer is None or peer in (a, b):
                 links.update(network.path(a, b))
@@ -39,19 +43,27 @@ def all_groups(placement) -> list[tuple[str, list[str]]]:
 _FLAGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> {(groups, seed): flags}
 
 
-def contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
+def contention_flags(graph, network, groups: list[tuple[str, list[str]]],
+                     direct_kinds: frozenset = frozenset()) -> list[bool]:
     """Per communicator, whether another one shares a link with it and no participating GPU (one
     that shares a participant can never run at the same time: one communication stream per GPU;
-    a send's participant is its sender). Memoized per graph, communicators and routing seed."""
-    key = (tuple((k, tuple(r)) for k, r in groups), network.seed)
+    a send's participant is its sender). ``direct_kinds``: communicator kinds whose pairs may also
+    take their own routes (:func:`flow_links`). Memoized per graph, communicators and routing seed."""
+    key = (tuple((k, tuple(r)) for k, r in groups), network.seed, frozenset(direct_kinds))
     cache = _FLAGS.setdefault(graph, {})
     if key not in cache:
-        cache[key] = _contention_flags(graph, network, groups)
+        cache[key] = _contention_flags(graph, network, groups, frozenset(direct_kinds))
     return cache[key]
 
 
-def _contention_flags(graph, network, groups: list[tuple[str, list[str]]]) -> list[bool]:
-    link_sets = [flow_links(graph, network, r) for _, r in groups]
+def direct_kinds(ctx) -> frozenset:
+    """Communicator kinds whose flows may take every pair's own route: EP under DeepEP's kernels."""
+    routing = getattr(ctx, "routing", None)
+    return frozenset({"ep"}) if routing is not None and routing.a2a == "deepep" else frozenset()
+
+
+def _contention_flags(graph, network, groups: list[tuple[str, list[str]]], direct: frozenset) -> list[bool]:
+    link_sets = [flow_links(graph, network, r, k in direct) for k, r in groups]
     takers = [set(r[:1]) if k == "pp" else set(r) for k, r in groups]
     users: dict = {}
     for gid, links in enumerate(link_sets):

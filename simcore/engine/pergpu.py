@@ -7,7 +7,9 @@ A collective whose links no other communicator can use at the same time (one tha
 with it but no participating GPU) takes the idle-fabric cost of its own communicator
 (:func:`simcore.engine.pricing.idle_cost_s`) without the flow solver; every other one runs as
 flows. An MoE dispatch or combine whose pairs move different byte counts (skewed routing) is an
-all-to-all-v (:mod:`.alltoallv`), always as flows, and ends with its slowest pair.
+all-to-all-v (:mod:`.alltoallv`), always as flows, and ends with its slowest pair. Under
+``sim.routing.a2a=deepep`` it is DeepEP's kernels instead (:mod:`.deepep`): DeepEP's time for the
+drawn pairs (its slowest rank's) where it contends with nothing, else DeepEP's traffic as flows.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import simpy
 from ..collectives.flows import collective_channels, run_collective
 from ..hardware import get_gpu
 from .alltoallv import run_alltoallv
-from .contention import all_groups, contention_flags
+from .contention import all_groups, contention_flags, direct_kinds
+from .deepep import Exchange, deepep_mode, exchange, run_exchange, token_bytes
 from .pricing import group_shape, idle_cost_s, packed_shape
 
 __all__ = ["LaneComm"]
@@ -55,7 +58,7 @@ class LaneComm:
             for lane in lanes_in:
                 self.lane_groups.setdefault((lane, kind), []).append(gid)
         self.shapes = [group_shape(graph, r) for _, r in self.groups]
-        self.contended = (contention_flags(graph, network, self.groups) if not self.analytic_only
+        self.contended = (contention_flags(graph, network, self.groups, direct_kinds(ctx)) if not self.analytic_only
                           else [False] * len(self.groups))
         self.packed = {kind: packed_shape(ctx, s, kind) for kind in _KINDS}
         #: SMs per GPU, of which a running collective holds :meth:`kernel_sms` (the executor's SM
@@ -71,6 +74,7 @@ class LaneComm:
         self._queued = False  # arrivals queued since the last grant pass
         self._takers_cache: dict[tuple[int, ...], frozenset] = {}
         self._costs: dict[tuple, float | None] = {}
+        self._exchanges: dict[tuple, Exchange | None] = {}
         # (lane, kind) whose every communicator has no other participating lane
         self._solo = {key: all(self.participants[g] == {key[0]} for g in gids)
                       for key, gids in self.lane_groups.items()}
@@ -85,6 +89,9 @@ class LaneComm:
         """SMs the op's NCCL kernel holds on each GPU of the group while it runs (one per channel)."""
         if op.size_bytes <= 0:
             return 0
+        ex = self._deepep(gid, op, 0)
+        if ex is not None:  # DeepEP's kernels hold their own SMs
+            return ex.sms
         return collective_channels(self.network, op.collective, op.size_bytes, self.groups[gid][1],
                                    fabric=self.ctx.cluster.fabric, **self.kwargs)
 
@@ -219,6 +226,9 @@ class LaneComm:
 
     def _cost(self, gid: int, op, step: int) -> float | None:
         kind = self.groups[gid][0]
+        ex = self._deepep(gid, op, step)
+        if ex is not None:  # DeepEP's kernels: their time for this draw, or as flows where they contend
+            return None if not self.analytic_only and self.contended[gid] else ex.time_s
         pairs = self._a2a_pairs(gid, op, step)
         if not self.analytic_only and (self.contended[gid]
                                        or (pairs is not None and not np.all(pairs == pairs.flat[0]))):
@@ -235,10 +245,34 @@ class LaneComm:
         ranks = self.groups[gid][1]
         pairs = self._a2a_pairs(gid, op, step)
         self.flows_run += 1
-        if pairs is not None and not np.all(pairs == pairs.flat[0]):
+        ex = self._deepep(gid, op, step)
+        if ex is not None:
+            yield self.env.process(run_exchange(self.env, self.network, ex, self.ctx.collective_constants,
+                                                self.ctx.cluster.fabric))
+        elif pairs is not None and not np.all(pairs == pairs.flat[0]):
             yield self.env.process(run_alltoallv(self.env, self.network, self.ctx, ranks, pairs))
         else:
             yield run_collective(self.env, self.network, op.collective, op.size_bytes, ranks, **self.kwargs)
+
+    def _deepep(self, gid: int, op, step: int) -> Exchange | None:
+        """The EP op as DeepEP's kernels on this draw (None unless the lowering priced it so).
+        Contention off: on the lowering's packed communicator shape, as every other collective."""
+        kind, ranks = self.groups[gid]
+        mode = deepep_mode(op)
+        if mode is None or kind != "ep" or self.work is None or op.collective != "all_to_all":
+            return None
+        key = (gid, op.name, op.layer, step if self.work.step_dependent else 0)
+        if key not in self._exchanges:
+            work = self.work.work(op.layer, step)
+            k, tokens = self.ctx.model.top_k, self.work.tokens
+            if work is None:  # no draw for this layer: every rank's copies spread evenly
+                pair = np.full((len(ranks), len(ranks)), tokens * k / len(ranks))
+            else:
+                pair = work.pair_tokens if op.name != "combine" else work.pair_tokens.T
+            per_token = token_bytes(self.ctx, op.name, self.work.bytes_per_copy(op.name))
+            rpn = self.packed[kind][1] if self.analytic_only else None
+            self._exchanges[key] = exchange(self.ctx, self.graph, ranks, pair, mode, tokens, k, per_token, rpn)
+        return self._exchanges[key]
 
     def _pair_bytes(self, gid: int, op, step: int) -> np.ndarray | None:
         """Bytes each member sends each other member in this dispatch (combine: the reverse)."""

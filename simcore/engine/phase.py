@@ -18,7 +18,8 @@ from ..lowering import CostContext
 from ..strategy import Strategy
 from .alltoallv import pxn_relay
 from .comm import AnalyticComm, FlowComm
-from .contention import all_groups, contention_flags
+from .contention import all_groups, contention_flags, direct_kinds
+from .deepep import FoldedExchanges, deepep_mode
 from .executor import Executor
 from .lane_executor import LaneExecutor
 from .lanes import Lane, build_lanes, symmetric_axes
@@ -70,7 +71,7 @@ def choose_mode(ctx: CostContext, graph, s: Strategy, cfg) -> tuple[str, str, li
     placement = placement_of(graph, s, cfg.placement)
     network = _network(simpy.Environment(), graph, cfg, False)
     groups = all_groups(placement)
-    flags = contention_flags(graph, network, groups) if cfg.contention else [False] * len(groups)
+    flags = contention_flags(graph, network, groups, direct_kinds(ctx)) if cfg.contention else [False] * len(groups)
     contended = {(k, tuple(r)): f for (k, r), f in zip(groups, flags, strict=True)}
     axes, why = symmetric_axes(placement, graph, network, equal, pxn_relay, _order_free(ctx, graph, s, placement),
                                contended)
@@ -86,7 +87,8 @@ def choose_mode(ctx: CostContext, graph, s: Strategy, cfg) -> tuple[str, str, li
 
 def _order_free(ctx, graph, s: Strategy, placement) -> frozenset:
     """``{"ep"}`` when every EP collective of the plan is a direct all-to-all (NCCL's choice for its
-    size and communicator; skewed dispatches run as all-to-all-v, also direct)."""
+    size and communicator; skewed dispatches run as all-to-all-v, also direct) or DeepEP's kernels
+    (which see their ranks by node, :mod:`.deepep`)."""
     from ..collectives import DEFAULT
     from ..collectives.cost import make_shape
     from ..collectives.flows import resolve
@@ -99,7 +101,7 @@ def _order_free(ctx, graph, s: Strategy, placement) -> frozenset:
         for prog in build_programs(ctx, s, phase):
             n, per = group_shape(graph, placement.groups("ep", prog.stage)[0])
             for op in prog.ops:
-                if op.group != "ep" or op.size_bytes <= 0:
+                if op.group != "ep" or op.size_bytes <= 0 or deepep_mode(op) is not None:
                     continue
                 shape = make_shape(op.size_bytes, n, per, ctx.cluster.fabric)
                 algo = resolve(op.collective, shape, ctx.cluster.fabric, "auto", "auto", constants)[0]
@@ -125,14 +127,18 @@ def _window(finish: list[list[float]], phase: str, steps: int) -> tuple[float, i
 
 
 def run_folded(ctx, graph, s: Strategy, cfg, phase: str, context=None) -> Phase:
-    programs = build_programs(ctx, s, phase, context, _expert_load(ctx, s, cfg, tokens_per_rank(ctx, s, phase)))
+    tokens = tokens_per_rank(ctx, s, phase)
+    load = _expert_load(ctx, s, cfg, tokens)
+    programs = build_programs(ctx, s, phase, context, load)
     env = simpy.Environment()
     network, analytic = None, []
     placement = placement_of(graph, s, cfg.placement)
     if cfg.contention:
         network = _network(env, graph, cfg, cfg.trace)
-        programs = reprice_programs(ctx, programs, placement, graph)
-        comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric, cfg.representative)
+        exchanges = FoldedExchanges(ctx, graph, tokens, load)  # MoE exchanges priced as DeepEP's kernels
+        programs = reprice_programs(ctx, programs, placement, graph, exchanges)
+        comm = FlowComm(network, placement, ctx.collective_constants, ctx.cluster.fabric, cfg.representative,
+                        exchanges, direct_kinds(ctx))
     else:
         comm = AnalyticComm()
     ex = Executor(env, programs, comm, cfg.overlap)

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 
 from ..collectives import collective_time_s
+from .deepep import deepep_mode
 from .program import StageProgram
 
 __all__ = ["group_shape", "idle_cost_s", "packed_shape", "reprice_programs"]
@@ -46,11 +47,12 @@ def idle_cost_s(ctx, collective: str, size_bytes: float, shape: tuple[int, int])
                  ctx.collective_constants)
 
 
-def reprice_programs(ctx, programs: list[StageProgram], placement, graph) -> list[StageProgram]:
+def reprice_programs(ctx, programs: list[StageProgram], placement, graph, exchanges=None) -> list[StageProgram]:
     """Stage programs whose communication ops cost what their real communicators cost on an idle
     fabric. A stage whose communicators of one kind differ in shape takes the slowest (a folded
     stage waits for all of them). Ops whose communicators have the lowering's packed shape keep
-    their cost untouched (bit for bit)."""
+    their cost untouched (bit for bit). An MoE exchange the lowering priced as DeepEP's kernels
+    takes DeepEP's price on its communicators (``exchanges``: :class:`~simcore.engine.deepep.FoldedExchanges`)."""
     shapes: dict[tuple[str, int], set[tuple[int, int]]] = {}
     out = []
     for prog in programs:
@@ -61,7 +63,10 @@ def reprice_programs(ctx, programs: list[StageProgram], placement, graph) -> lis
                 if key not in shapes:
                     shapes[key] = {group_shape(graph, g) for g in placement.groups(op.group, prog.stage)}
                 packed = packed_shape(ctx, placement.s, op.group)
-                if shapes[key] != {packed}:
+                if shapes[key] != {packed} and exchanges is not None and op.group == "ep" and deepep_mode(op):
+                    cost = max(exchanges.get(op, g).time_s for g in placement.groups(op.group, prog.stage))
+                    op = dataclasses.replace(op, duration_s=cost)
+                elif shapes[key] != {packed}:
                     cost = max(idle_cost_s(ctx, op.collective, op.size_bytes, sh) for sh in shapes[key])
                     op = dataclasses.replace(op, duration_s=cost)
             ops.append(op)

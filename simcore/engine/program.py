@@ -33,6 +33,7 @@ class Op:
     group: str = ""
     size_bytes: float = 0.0
     branch: str = ""
+    algorithm: str = ""  # what the lowering priced a collective as, where not NCCL's (e.g. deepep_normal)
 
     @classmethod
     def from_task(cls, task: Task, layer: int) -> Op:
@@ -41,7 +42,8 @@ class Op:
         code = int(task.extra.get("collective", [0])[0]) if task.is_comm else 0
         return cls(task.name, task.op, layer, task.is_comm, float(task.time_s[0]) * task.count,
                    L.COLLECTIVE_NAMES[code] if task.is_comm else "", task.group,
-                   float(task.size_bytes[0]) if task.is_comm else 0.0, task.branch)
+                   float(task.size_bytes[0]) if task.is_comm else 0.0, task.branch,
+                   str(task.extra.get("algorithm", "")) if task.is_comm else "")
 
 
 @dataclass

@@ -14,6 +14,8 @@ A rank's time is ``fixed + max(nvlink_bytes / (eta_nvl x NVLink), rdma_bytes / (
 with each link's bytes the larger of what the rank sends and receives on it; an op lasts as long
 as its slowest rank (combine cannot finish before the last expert rank has sent its outputs).
 Combine moves the same tokens back, so it is the same formula at the combine's bytes per token.
+:func:`link_tokens` says which GPU sends which tokens to which over each link class (what the
+engine runs as flows, :mod:`simcore.engine.deepep`); :func:`pair_times_s` prices exactly those.
 
 Link rates are the GPU catalog's (:mod:`simcore.hardware`), so constants fitted on H800 (NVLink
 200 GB/s per direction) carry over to H100 (450 GB/s) as efficiencies; the NIC (400 Gb/s CX7) is
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["MODES", "DeepEPConstants", "DEFAULT_DEEPEP", "kernel_time_s", "pair_times_s", "uniform_time_s",
-           "mode_for_phase", "fp8_token_bytes"]
+           "mode_for_phase", "fp8_token_bytes", "LinkTokens", "link_tokens", "fixed_time_s", "kernel_sms"]
 
 MODES = ("normal", "low_latency")
 
@@ -46,12 +48,17 @@ class DeepEPConstants:
     ll_per_peer_s: float = 0.037e-6  # low-latency: per destination rank (its writes and signal)
     normal_latency_s: float = 20e-6  # normal mode: fixed cost (prior: notify + barrier, as NCCL's ~20 us)
     ll_nvlink: bool = True  # low-latency kernels reach same-node ranks over NVLink
+    # SMs a kernel holds while its data moves (what compute overlapping it loses): normal mode
+    # DeepEP's ``Buffer.num_sms`` default (20); low latency with the receive hook that decode
+    # overlap uses ("does not occupy any SM resource", DeepEP's README): none
+    normal_sms: int = 20
+    ll_sms: int = 0
 
     def __post_init__(self) -> None:
         for name in ("nvlink_efficiency", "rdma_efficiency", "ll_rdma_efficiency"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"DeepEPConstants.{name} must be in (0, 1], got {getattr(self, name)}")
-        for name in ("ll_latency_s", "ll_per_peer_s", "normal_latency_s"):
+        for name in ("ll_latency_s", "ll_per_peer_s", "normal_latency_s", "normal_sms", "ll_sms"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"DeepEPConstants.{name} must be >= 0, got {getattr(self, name)}")
 
@@ -62,6 +69,19 @@ DEFAULT_DEEPEP = DeepEPConstants()
 def mode_for_phase(phase: str) -> str:
     """DeepEP's deployment choice: normal kernels for prefill, low-latency kernels for decode."""
     return "normal" if phase == "prefill" else "low_latency"
+
+
+def fixed_time_s(mode: str, ep: int, c: DeepEPConstants = DEFAULT_DEEPEP) -> float:
+    """The fixed part of one kernel's time on ``ep`` ranks (what :func:`kernel_time_s` adds to the
+    bandwidth term): normal mode's notify and barrier, low latency's launch plus its per-peer cost."""
+    if mode not in MODES:
+        raise ValueError(f"DeepEP mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return c.normal_latency_s if mode == "normal" else c.ll_latency_s + c.ll_per_peer_s * (ep - 1)
+
+
+def kernel_sms(mode: str, c: DeepEPConstants = DEFAULT_DEEPEP) -> int:
+    """SMs one rank's kernel holds while its dispatch or combine moves data."""
+    return int(c.normal_sms if mode == "normal" else c.ll_sms)
 
 
 def fp8_token_bytes(hidden: int) -> float:
@@ -86,6 +106,35 @@ def pair_times_s(mode: str, pair_tokens: np.ndarray, tokens_per_rank, top_k: int
                  ranks_per_node: int, gpu, c: DeepEPConstants = DEFAULT_DEEPEP) -> np.ndarray:
     """Each rank's time for the copies ``pair_tokens[i, j]`` (rank ``i`` to rank ``j``), ranks
     numbered node by node (``ranks_per_node`` consecutive ranks share a node and its NVLink)."""
+    t = link_tokens(mode, pair_tokens, tokens_per_rank, top_k, ranks_per_node, c)
+    return kernel_time_s(mode, t.nvlink_rank * token_bytes, t.rdma_rank * token_bytes, len(t.nvlink) - 1, gpu, c)
+
+
+@dataclass(frozen=True)
+class LinkTokens:
+    """Where one dispatch's (or combine's) token copies travel, ranks numbered node by node.
+
+    ``nvlink[s, d]``: tokens ``s`` writes into ``d``'s buffer over NVLink (normal mode: ``s`` is the
+    forwarding GPU, on ``d``'s node and the source's rail); ``rdma[s, d]``: tokens ``s`` sends ``d``
+    over RDMA (normal mode: ``d`` is the GPU of ``s``'s rail on the destination node, one copy per
+    node; the diagonal is the source's own node's share, which the kernel pipelines like the others
+    but which crosses no link). ``nvlink_rank`` and ``rdma_rank``: per rank, the larger of what it
+    sends and receives on that link class (its own-node RDMA share included), the bytes
+    :func:`kernel_time_s` charges, over ``token_bytes``."""
+
+    nvlink: np.ndarray
+    rdma: np.ndarray
+    nvlink_rank: np.ndarray
+    rdma_rank: np.ndarray
+
+
+def link_tokens(mode: str, pair_tokens: np.ndarray, tokens_per_rank, top_k: int, ranks_per_node: int,
+                c: DeepEPConstants = DEFAULT_DEEPEP) -> LinkTokens:
+    """The link traffic of DeepEP's kernels for the copies ``pair_tokens[i, j]`` (module docstring):
+    low latency writes every copy straight to its rank; normal sends each token once per destination
+    node over RDMA (to its own rail there) and forwards it once per destination rank over NVLink."""
+    if mode not in MODES:
+        raise ValueError(f"DeepEP mode must be one of {', '.join(MODES)}, got {mode!r}")
     pair = np.asarray(pair_tokens, dtype=float)
     ep = len(pair)
     rpn = max(1, min(int(ranks_per_node), ep))
@@ -97,7 +146,7 @@ def pair_times_s(mode: str, pair_tokens: np.ndarray, tokens_per_rank, top_k: int
         rdma_pairs = pair * off_diag - nvl_pairs
         nvl = np.maximum(nvl_pairs.sum(axis=1), nvl_pairs.sum(axis=0))
         rdma = np.maximum(rdma_pairs.sum(axis=1), rdma_pairs.sum(axis=0))
-        return kernel_time_s(mode, nvl * token_bytes, rdma * token_bytes, ep - 1, gpu, c)
+        return LinkTokens(nvl_pairs, rdma_pairs, nvl, rdma)
     tokens = np.broadcast_to(np.asarray(tokens_per_rank, dtype=float), (ep,))
     frac = pair / np.maximum(tokens * top_k, 1e-30)[:, None]  # share of a source's copies per rank
     distinct = tokens[:, None] * (1.0 - (1.0 - np.clip(frac, 0, 1)) ** top_k)  # tokens i sends j
@@ -111,9 +160,10 @@ def pair_times_s(mode: str, pair_tokens: np.ndarray, tokens_per_rank, top_k: int
     fwd = distinct * ~(local[:, None] == local[None, :])  # NVLink hops (own rail's tokens skip them)
     nvl_send = (on_local.T @ fwd @ on_node)[local, node]  # what this rank forwards in its node
     nvl_recv = fwd.sum(axis=0)
-    nvl = np.maximum(nvl_send, nvl_recv) * token_bytes
-    rdma = np.maximum(rdma_send, rdma_recv) * token_bytes
-    return kernel_time_s(mode, nvl, rdma, ep - 1, gpu, c)
+    same_rail = on_local @ on_local.T  # [ep, ep]: 1 where two ranks share a local index (a rail)
+    rdma_pairs = (per_node @ on_node.T) * same_rail * multi  # i -> the GPU of its rail on each node
+    nvl_pairs = (same_rail @ fwd) * same_node  # that GPU -> each destination rank of its node
+    return LinkTokens(nvl_pairs, rdma_pairs, np.maximum(nvl_send, nvl_recv), np.maximum(rdma_send, rdma_recv))
 
 
 def uniform_time_s(mode: str, tokens_per_rank, top_k: int, token_bytes, ep, ranks_per_node, gpu,
