@@ -74,8 +74,8 @@ def test_single_request_latency_is_hand_computable():
     """One request alone: TTFT = host + prefill step; each further token one decode step + host."""
     ctx = _ctx()
     plan = ServingPlan.aggregated(megatron_strategy(tp=1), 1, 8)
-    rt = get_runtime("vllm")
-    cfg = ServingConfig(concurrency=1, num_requests=1, runtime="vllm", input_len=LengthDist(mean=512),
+    rt = get_runtime("vllm-sync")  # host not overlapped: it adds to every step
+    cfg = ServingConfig(concurrency=1, num_requests=1, runtime="vllm-sync", input_len=LengthDist(mean=512),
                         output_len=LengthDist(mean=4))
     r = simulate_serving(ctx, plan, cfg)
     cost = StepCost(ctx, plan.pool.strategy)

@@ -80,3 +80,19 @@ def test_run_writes_rows_and_summary(tmp_path):
     assert float(out[0]["sim_ttft_ms"]) > 0 and float(out[0]["sim_tpot_ms"]) > 0
     assert summary["all"]["simulated"] == 1 and summary["simulated_share"] == 0.5
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["test"]["rows"] == 1  # the 8B model is a fit model
+
+
+@pytest.mark.parametrize("version, profile", [("0.18.0", "vllm"), ("0.14.1", "vllm"), ("0.12.0", "vllm-sync"),
+                                              ("", "vllm-sync")])
+def test_vllm_before_async_scheduling_default_is_the_sync_profile(version, profile):
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, backend_version=version))
+    assert case.runtime == profile
+    assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, backend="sglang")).runtime == "sglang"
+
+
+def test_vllm_profiles_differ_only_in_host_overlap():
+    from simcore.serving import get_runtime
+
+    sync, overlapped = get_runtime("vllm-sync"), get_runtime("vllm")
+    assert not sync.overlap_host and overlapped.overlap_host
+    assert overlapped.with_overrides(overlap_host=False, name="vllm-sync") == sync

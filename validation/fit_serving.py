@@ -1,7 +1,8 @@
 """Fit each serving runtime's host time per step on the fit set of the measured serving runs.
 
-``python -m validation.fit_serving [--data CSV] [--rows N]``: for each backend (vLLM, SGLang,
-TensorRT-LLM), three physical parameters: its host time per step (``RuntimeProfile.step_host_s``,
+``python -m validation.fit_serving [--data CSV] [--rows N]``: for each runtime profile (vLLM sync and
+overlapped, SGLang, TensorRT-LLM; a profile with no fit rows is left as it is), three physical
+parameters: its host time per step (``RuntimeProfile.step_host_s``,
 fixed: scheduling and launch bookkeeping; ``step_host_per_seq_s``, per running sequence: its inputs,
 sampling bookkeeping, detokenizing and streaming) and its small all-reduce kernel's fixed latency
 (``custom_ar_s``), are chosen on grids, one after the other twice (coordinate descent), to minimise the median of ``|log(simulated / measured)|`` of the mean TPOT
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     fit = [c for c in cases if split_of(c.row) == "fit"]
     print(f"{len(fit)} fit rows used, {len(test)} test rows refused (never simulated here)")
     fitted = {}
-    for backend in ("vllm", "sglang", "trtllm"):
+    for backend in ("vllm-sync", "vllm", "sglang", "trtllm"):
         mine = [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
         if not mine:
             print(f"{backend}: no fit rows")

@@ -10,8 +10,11 @@ A profile holds few physical numbers, each with its source:
   tensor parallelism at hundreds of running sequences. Fitted with ``step_host_s``.
 - ``overlap_host``: whether that host time overlaps the previous step's GPU work. SGLang's overlap
   scheduler (on by default since v0.4, "zero-overhead batch scheduler") and TensorRT-LLM's PyTorch
-  backend overlap scheduler (default on) do; vLLM v1 runs the step synchronously unless
-  ``--async-scheduling`` is given (off by default through v0.11).
+  backend overlap scheduler (default on) do. vLLM v1 ran the step synchronously unless
+  ``--async-scheduling`` was given, until async scheduling became its default (vllm-project/vllm PR
+  #27614, tracked in issue #27679; on by default in the v0.14 releases of January 2026, where PR #31998
+  extends the default to speculative decoding): profile ``vllm`` is today's vLLM (overlapped),
+  ``vllm-sync`` vLLM up to v0.13 or ``--no-async-scheduling``. Same host work, fitted once.
 - ``graph_max_tokens``: batches up to this many tokens replay CUDA graphs (no per-kernel launch cost);
   larger ones launch eagerly, each kernel costing ``launch_s`` of host time that the GPU waits on when
   the kernels are shorter. vLLM v1 captures piecewise graphs up to 512 tokens
@@ -106,11 +109,15 @@ class RuntimeProfile:
 
 # step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set of
 # the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
-# its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08). Everything else: the sources above.
+# its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync,
+# v0.12 or unversioned, and ``vllm`` shares their values). Everything else: the sources above.
+_VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
+                            graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
+                            kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6)
+
 RUNTIMES: dict[str, RuntimeProfile] = {
-    "vllm": RuntimeProfile("vllm", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
-                           graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
-                           kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6),
+    "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
+    "vllm-sync": _VLLM_SYNC,
     "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
                              kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6),

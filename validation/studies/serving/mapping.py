@@ -7,7 +7,8 @@ The mapping, column by column:
   architecture the cost model refuses (sparse or non-Gated-DeltaNet linear attention: GLM-5,
   DeepSeek-V3.2, MiniMax-M1), is skipped, with why. Qwen3.5 (``Qwen/Qwen3.5-397B-A17B``, ``-FP8``) maps to
   ``qwen3.5-397b-a17b``, its Gated DeltaNet layers priced by :mod:`simcore.linear_attention`.
-- ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``); ``system`` -> GPU (``h100_sxm``,
+- ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``; vLLM before v0.14 or unversioned ->
+  ``vllm-sync``, see :func:`runtime_of`); ``system`` -> GPU (``h100_sxm``,
   ``h200_sxm``, ``b200_sxm``).
 - ``precision`` -> weights and GEMMs: ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
   Kimi-K2 INT4 experts) are weight-only 4-bit experts: expert weights at 0.5 bytes, everything else FP8.
@@ -37,7 +38,7 @@ from simcore.serving import Pool, ServingPlan
 from simcore.strategy import megatron_strategy
 from simcore.workload import Workload
 
-__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset"]
+__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 _FOUR_BIT = ("fp4", "int4", "nvfp4", "mxfp4", "w4a16", "w4a8")
@@ -67,6 +68,17 @@ def model_preset(model_path: str) -> str | None | ModelConfigError:
         return preset_for(path) or preset_for(name) or preset_for(re.sub(r"-fp8$", "", name, flags=re.I))
     except ModelConfigError as exc:
         return exc
+
+
+def runtime_of(row: dict) -> str:
+    """The runtime profile of a row: its ``backend``, except that vLLM before v0.14 (or with no
+    version given: the sample's older, unversioned runs) is ``vllm-sync``, its host step not yet
+    overlapped with the GPU (async scheduling became vLLM's default in v0.14; simcore.serving.runtime)."""
+    backend = row.get("backend", "").strip()
+    if backend != "vllm":
+        return backend
+    found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
+    return "vllm" if found and (int(found.group(1)), int(found.group(2))) >= (0, 14) else "vllm-sync"
 
 
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
@@ -128,7 +140,7 @@ def map_row(row: dict) -> RowCase:
         return case
     case.concurrency = int(found.group(1))
     case.isl, case.osl = int(row["isl"]), int(row["osl"])
-    case.runtime = row.get("backend", "").strip()
+    case.runtime = runtime_of(row)
     model = get_model(preset)
     workload = _workload(row.get("precision", ""), model)
     if isinstance(workload, str):
