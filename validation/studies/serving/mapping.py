@@ -11,7 +11,9 @@ The mapping, column by column:
   ``vllm-sync``, see :func:`runtime_of`); ``system`` -> GPU (``h100_sxm``,
   ``h200_sxm``, ``b200_sxm``).
 - ``precision`` -> weights and GEMMs: ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
-  Kimi-K2 INT4 experts) are weight-only 4-bit experts: expert weights at 0.5 bytes, everything else FP8.
+  Kimi-K2 INT4 experts) are weight-only 4-bit experts: expert weights at 0.5 bytes; on Hopper (no 4-bit
+  tensor-core math) every GEMM runs in BF16 and the other weights are BF16 as those checkpoints ship
+  them, elsewhere FP8.
 - Layout per pool: ``tp_size`` is the attention TP degree, ``attention_dp_size`` the data-parallel
   attention groups (our ``ep``: experts split that many ways). Experts expert-parallel inside one TP
   group (``moe_ep_size == tp_size``, ``moe_tp_size == 1``) are priced as expert TP over that group: each
@@ -110,13 +112,19 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
     return Pool(megatron_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
 
 
-def _workload(precision: str, model) -> Workload | str:
+def _workload(precision: str, model, gpu: str) -> Workload | str:
     p = precision.strip().lower()
     if p in ("fp8", "bf16"):
         return Workload(precision=p)
     if p in _FOUR_BIT:
         if not model.is_moe:
             return f"precision: {p} weights on a dense model are not modelled"
+        if gpu.startswith(("h100", "h200")):
+            # Hopper has no 4-bit tensor-core math: the runtimes run these experts weight-only (W4A16:
+            # Marlin, Triton matmul_ogs), dequantized into BF16 GEMMs; and both 4-bit checkpoints here
+            # ship attention and dense weights in BF16 (gpt-oss model card; Kimi-K2's compressed-tensors
+            # config quantizes the routed experts only).
+            return Workload(precision="bf16", expert_weight_bytes=0.5)
         return Workload(precision="fp8", expert_weight_bytes=0.5)
     return f"precision: {p!r} is not modelled"
 
@@ -142,7 +150,7 @@ def map_row(row: dict) -> RowCase:
     case.isl, case.osl = int(row["isl"]), int(row["osl"])
     case.runtime = runtime_of(row)
     model = get_model(preset)
-    workload = _workload(row.get("precision", ""), model)
+    workload = _workload(row.get("precision", ""), model, gpu)
     if isinstance(workload, str):
         case.skip = workload
         return case
