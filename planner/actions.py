@@ -2,19 +2,26 @@
 
 A proposal is one vector of head indices (the paper's MultiDiscrete action)::
 
-    tp, ep, pp, [dp], [microbatches], batch, one head per operator the model has
+    tp, ep, pp, [dp], [microbatches], batch, [redundant_experts], one head per operator the model has
 
 ``dp`` and ``microbatches`` are optional heads: without a ``dp`` head, ``dp`` is derived so that all
-GPUs are used; without a ``microbatches`` head, it is 1. Operator heads pick a code of
+GPUs are used; without a ``microbatches`` head, it is 1. The ``redundant_experts`` head exists when
+the space offers replicas (``SearchSpace.redundant_per_rank``, only for MoE models under skewed
+routing): its values are replicas per EP rank, so the key's ``redundant_experts`` is ``value * ep``.
+Without it keys have no redundant-experts column (:data:`planner.megatron.BASE_WIDTH` columns) and a
+search is exactly what it was before the head existed. Operator heads pick a code of
 :data:`simcore.opgraph.CHOICES`; operators the model lacks (a dense model's router and experts) get no
 head, their choice does not change the cost and is fixed to Megatron's.
 
 Masking (Huang & Ontanon, "A closer look at invalid action masking") removes what is cheap to know
 invalid before the proxy runs: degree combinations outside the search space (product not dividing the
 GPUs, microbatches without a pipeline, batch not divisible by ``ep * microbatches``) and operator
-choices that split a dimension ``tp`` does not divide. Masks are conditional: the mask of a head
-depends on the values already chosen by the heads before it, so heads are sampled in order. Memory
-and SLO limits are never masked; they cost a proxy call and earn the invalid reward.
+choices that split a dimension ``tp`` does not divide, and redundant experts at ``ep = 1``, beyond
+``E * (ep - 1)`` or that overflow HBM even under the leanest sharding of their degree row (every
+weight split ``tp`` ways: a lower bound of every plan of that row, so no plan that fits is masked).
+Masks are conditional: the mask of a head depends on the values already chosen by the heads before
+it, so heads are sampled in order. Other memory and SLO limits are never masked; they cost a proxy
+call and earn the invalid reward.
 """
 
 from __future__ import annotations
@@ -24,15 +31,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import bit, structural_reasons
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS, choice_code, op_applies
+from simcore.memory import bit, memory_per_gpu_bytes, structural_reasons
+from simcore.opgraph import CHOICES, DIM0, DIM1, SEARCHABLE_OPS, choice_code, op_applies
 from simcore.strategy import megatron_sharding
 
+from .megatron import BASE_WIDTH, KEY_WIDTH, full_keys
 from .space import SearchSpace
 
-__all__ = ["Head", "ActionSpace", "OUTSIDE_SPACE", "row_reasons"]
+__all__ = ["Head", "ActionSpace", "OUTSIDE_SPACE", "REDUNDANT", "row_reasons", "redundant_fits"]
 
 OUTSIDE_SPACE = "outside_space"  # reason of a proposal the search space itself rules out
+REDUNDANT = "redundant_experts"  # the head of redundant expert replicas (values: replicas per EP rank)
 _DEGREE_COLUMN = {"tp": 0, "ep": 1, "pp": 2, "dp": 3, "batch": 4, "microbatches": 5}
 _CHOICE_BITS = bit("heads_divisibility") | bit("feature_divisibility")
 
@@ -51,7 +60,11 @@ class Head:
 
 
 class ActionSpace:
-    """Heads, masks, and the map between head indices and strategy keys (``Strategy.key()`` rows)."""
+    """Heads, masks, and the map between head indices and strategy keys (``Strategy.key()`` rows,
+    :attr:`key_width` columns: without the redundant-experts column when there is no such head)."""
+
+    redundant_index: int | None = None  # index of the redundant-experts head (None: no such head)
+    key_width: int = BASE_WIDTH
 
     def __init__(self, ctx: CostContext, space: SearchSpace, *, dp_head: bool = False,
                  microbatch_head: bool = True, masking: bool = True) -> None:
@@ -71,13 +84,20 @@ class ActionSpace:
             degree_heads.append(Head("microbatches", space.microbatches))
         degree_heads.append(Head("batch", space.batch))
         self.degree_heads = tuple(degree_heads)
-        self.heads = self.degree_heads + tuple(Head(op, (0, 1, 2)) for op in self.ops)
+        coarse = self.degree_heads
+        if len(space.redundant_per_rank) > 1 and max(space.ep) > 1:
+            self.redundant_index = len(coarse)
+            self.key_width = KEY_WIDTH
+            coarse = coarse + (Head(REDUNDANT, tuple(int(v) for v in space.redundant_per_rank)),)
+        self.coarse_heads = coarse
+        self.heads = coarse + tuple(Head(op, (0, 1, 2)) for op in self.ops)
         self.sizes = np.array([h.size for h in self.heads], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
         self._grid = {tuple(row) for row in grid.tolist()}
         ok_rows = grid[row_reasons(ctx, grid) == 0]
         self._tries = self._degree_tries(ok_rows)
         self._op_ok = self._op_table(ctx)
+        self._redundant_ok = self._redundant_table(ctx, ok_rows) if self.redundant_index is not None else {}
 
     # ----- sizes and names -------------------------------------------------------------------
     @property
@@ -90,6 +110,11 @@ class ActionSpace:
 
     def head_index(self, name: str) -> int:
         return [h.name for h in self.heads].index(name)
+
+    @property
+    def num_coarse(self) -> int:
+        """Heads before the operator heads: the degrees, batch, microbatches and redundant experts."""
+        return len(getattr(self, "coarse_heads", self.degree_heads))
 
     # ----- masks -------------------------------------------------------------------------------
     def _degree_tries(self, rows: np.ndarray) -> list[dict[tuple, np.ndarray]]:
@@ -122,12 +147,21 @@ class ActionSpace:
             table[tp] = (mask == 0).reshape(len(self.ops), 3)
         return table
 
+    def _redundant_table(self, ctx: CostContext, rows: np.ndarray) -> dict[tuple, np.ndarray]:
+        """Degree row -> allowed values of the redundant-experts head (:func:`redundant_fits`)."""
+        ext = self.space.with_redundant(rows)
+        ok = redundant_fits(ctx, ext) | (ext[:, 6] == 0)
+        k = len(self.space.redundant_per_rank)
+        return {tuple(row): mask for row, mask in zip(rows.tolist(), ok.reshape(len(rows), k), strict=True)}
+
     def head_mask(self, i: int, actions: np.ndarray) -> np.ndarray:
         """``bool[n, size_i]``: allowed values of head ``i`` given columns ``< i`` of ``actions``."""
         n = len(actions)
         head = self.heads[i]
         if not self.masking:
             return np.ones((n, head.size), dtype=bool)
+        if i == self.redundant_index:
+            return self._redundant_mask(actions)
         if i < len(self.degree_heads):
             trie = self._tries[i]
             earlier = self.degree_heads[:i]
@@ -141,6 +175,15 @@ class ActionSpace:
         row = self.ops.index(head.name) if head.name in self.ops else 0
         tp_values = self.heads[0].values
         return np.stack([table[tp_values[a]][row] for a in np.asarray(actions)[:, 0].tolist()])
+
+    def _redundant_mask(self, actions: np.ndarray) -> np.ndarray:
+        """Allowed replicas per rank given the degree heads; only 0 on a row outside the space."""
+        head = self.heads[self.redundant_index]
+        none = np.arange(head.size) == head.values.index(0)
+        actions = np.asarray(actions, dtype=np.int64)
+        rows = self._degree_rows(actions) if len(actions) else np.zeros((0, 6), dtype=np.int64)
+        return np.stack([self._redundant_ok.get(tuple(r), none) for r in rows.tolist()]) if len(rows) \
+            else np.zeros((0, head.size), dtype=bool)
 
     def masks(self, actions: np.ndarray) -> np.ndarray:
         """``bool[n, total_size]``: every head's mask given the earlier heads of each action."""
@@ -156,37 +199,64 @@ class ActionSpace:
             out[:, i] = np.asarray(self.heads[i].values)[actions[:, i]]
         return out
 
+    def _degree_rows(self, actions: np.ndarray) -> np.ndarray:
+        """``[n, 6]`` degree rows (tp, ep, pp, dp, batch, microbatches) of the degree heads' values."""
+        k = len(self.degree_heads)
+        vals = self.values(np.asarray(actions, dtype=np.int64)[:, :k], upto=k)
+        named = {h.name: vals[:, i] for i, h in enumerate(self.degree_heads)}
+        tp, ep, pp = named["tp"], named["ep"], named["pp"]
+        dp = named.get("dp", np.maximum(self.num_gpus // (tp * ep * pp), 1))
+        mb = named.get("microbatches", np.ones(len(vals), dtype=np.int64))
+        return np.stack([tp, ep, pp, dp, named["batch"], mb], axis=1)
+
     def to_keys(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Strategy keys ``[n, 18]`` and ``inside[n]``: whether each lies in the search space."""
+        """Strategy keys ``[n, key_width]`` and ``inside[n]``: whether each lies in the search space."""
         actions = np.asarray(actions, dtype=np.int64).reshape(-1, self.num_heads)
         vals = self.values(actions)
         named = {h.name: vals[:, i] for i, h in enumerate(self.heads)}
         n = len(actions)
-        tp, ep, pp = named["tp"], named["ep"], named["pp"]
-        used = tp * ep * pp
-        dp = named.get("dp", np.maximum(self.num_gpus // used, 1))
-        mb = named.get("microbatches", np.ones(n, dtype=np.int64))
-        keys = np.zeros((n, 6 + len(SEARCHABLE_OPS)), dtype=np.int64)
-        keys[:, :6] = np.stack([tp, ep, pp, dp, named["batch"], mb], axis=1)
+        keys = np.zeros((n, self.key_width), dtype=np.int64)
+        keys[:, :6] = self._degree_rows(actions)
         for j, op in enumerate(SEARCHABLE_OPS):
             keys[:, 6 + j] = named[op] if op in named else self.fixed[op]
+        if self.redundant_index is not None:
+            keys[:, BASE_WIDTH] = named[REDUNDANT] * keys[:, 1]
         return keys, self.inside(keys)
 
     def inside(self, keys: np.ndarray) -> np.ndarray:
-        """``bool[n]``: whether each key's degrees are a row of the search space's grid."""
-        return np.array([tuple(row) in self._grid for row in np.asarray(keys)[:, :6].tolist()], dtype=bool)
+        """``bool[n]``: whether each key's degrees are a row of the search space's grid and its
+        redundant experts (0 when the key has no such column) one of the space's options at its ``ep``."""
+        keys = full_keys(keys)
+        head = self.redundant_index is not None
+        return np.array([tuple(row[:6]) in self._grid
+                         and row[BASE_WIDTH] in (self.space.redundant_options(row[1]) if head else (0,))
+                         for row in keys.tolist()], dtype=bool)
+
+    def fit_keys(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keys of either width in this space's :attr:`key_width`, and :meth:`inside` of each (a key
+        with replicas in a space without the head is outside; its column is dropped)."""
+        keys = full_keys(keys)
+        return keys[:, : self.key_width], self.inside(keys)
 
     def from_keys(self, keys: np.ndarray) -> np.ndarray:
-        """Head indices of strategy keys (the keys must use values the heads have)."""
-        keys = np.asarray(keys, dtype=np.int64).reshape(-1, 6 + len(SEARCHABLE_OPS))
+        """Head indices of strategy keys of either width (the keys must use values the heads have)."""
+        keys = full_keys(keys)
         out = np.empty((len(keys), self.num_heads), dtype=np.int64)
         for i, head in enumerate(self.heads):
-            col = _DEGREE_COLUMN[head.name] if head.name in _DEGREE_COLUMN else 6 + SEARCHABLE_OPS.index(head.name)
+            if head.name == REDUNDANT:
+                ep = np.maximum(keys[:, 1], 1)
+                column = np.where(keys[:, BASE_WIDTH] % ep == 0, keys[:, BASE_WIDTH] // ep, -1)
+            else:
+                col = _DEGREE_COLUMN[head.name] if head.name in _DEGREE_COLUMN else 6 + SEARCHABLE_OPS.index(head.name)
+                column = keys[:, col]
             index = {v: j for j, v in enumerate(head.values)}
             try:
-                out[:, i] = [index[int(v)] for v in keys[:, col]]
+                out[:, i] = [index[int(v)] for v in column]
             except KeyError as exc:
                 raise ValueError(f"head {head.name}: value {exc.args[0]} is not one of {head.values}") from None
+        if self.redundant_index is None and len(keys) and keys[:, BASE_WIDTH].any():
+            raise ValueError(f"redundant experts {sorted(set(keys[:, BASE_WIDTH].tolist()) - {0})}: this space has "
+                             f"no redundant-experts head")
         return out
 
     def sample(self, probs: np.ndarray | None, rng: np.random.Generator, n: int = 1,
@@ -249,7 +319,27 @@ class ActionSpace:
 
 
 def row_reasons(ctx: CostContext, rows: np.ndarray) -> np.ndarray:
-    """Structural reasons of degree rows alone (every operator replicated, so no choice is at fault)."""
+    """Structural reasons of degree rows alone (every operator replicated, so no choice is at fault);
+    rows of 6 degrees, or 7 columns with the redundant experts last."""
+    rows = np.asarray(rows, dtype=np.int64)
     replicated = CHOICES.index("replicated")
     choices = np.full((len(rows), len(SEARCHABLE_OPS)), replicated, dtype=np.int64)
-    return structural_reasons(ctx, StrategyArrays.from_keys(np.concatenate([rows, choices], axis=1)))
+    return structural_reasons(ctx, StrategyArrays.from_keys(np.concatenate([rows[:, :6], choices, rows[:, 6:]],
+                                                                           axis=1)))
+
+
+def redundant_fits(ctx: CostContext, rows: np.ndarray) -> np.ndarray:
+    """``bool[n]`` of rows ``(tp, ep, pp, dp, batch, microbatches, redundant)``: the replicas have
+    ranks to sit on (``ep > 1``, at most ``E * (ep - 1)``) and some plan of the row may fit HBM with
+    them. Memory is lowest with every weight split ``tp`` ways and attention split by sequences or
+    by heads, whichever holds less KV cache; above usable HBM there, every plan of the row is."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, 7)
+    n = len(rows)
+    ok = (row_reasons(ctx, rows) & bit("redundant_experts")) == 0
+    lean = np.full(n, np.inf)
+    for attention in (DIM0, DIM1):
+        choices = np.full((n, len(SEARCHABLE_OPS)), DIM0, dtype=np.int64)
+        choices[:, SEARCHABLE_OPS.index("attention")] = attention
+        keys = np.concatenate([rows[:, :6], choices, rows[:, 6:]], axis=1)
+        lean = np.minimum(lean, memory_per_gpu_bytes(ctx, StrategyArrays.from_keys(keys)))
+    return ok & (lean <= ctx.cluster.gpu.usable_hbm_bytes)

@@ -31,8 +31,10 @@ RERANKERS = ("proxy", "sim")
 class PlannerConfig(SpaceConfig):
     """Search method and its knobs (fields a method does not use are ignored by it).
 
-    Space: ``batch``/``microbatches``/``max_tp``/``max_pp`` bound the coarse grid
-    (:class:`simcore.config.SpaceConfig`, shared with ``shard-sim``); ``masking`` removes divisibility-invalid values before sampling; ``dp_head`` and
+    Space: ``batch``/``microbatches``/``max_tp``/``max_pp`` bound the coarse grid and
+    ``redundant_per_rank`` lists the redundant experts per EP rank a plan may add (a head of its own,
+    for MoE models under skewed routing only) (:class:`simcore.config.SpaceConfig`, shared with
+    ``shard-sim``); ``masking`` removes divisibility-invalid values before sampling; ``dp_head`` and
     ``microbatch_head`` add those heads (else ``dp`` uses every GPU and microbatches are 1).
     Budget: ``budget`` proposals (invalid and repeated ones count), split into ``chunks`` checkpointed
     chunks. PPO: elite history ``T``, early exit at head confidence ``tau``, reward

@@ -20,6 +20,7 @@ from simcore.proxy import evaluate_batch
 from simcore.strategy import megatron_sharding
 
 from .actions import OUTSIDE_SPACE, ActionSpace
+from .megatron import full_keys
 
 __all__ = ["Evaluator", "Outcome", "warm_start_keys"]
 
@@ -89,9 +90,10 @@ class Evaluator:
         return self._evaluate(keys, inside)
 
     def evaluate_keys(self, keys: np.ndarray) -> Outcome:
-        """Price strategy keys in order (keys outside the search space count but are not priced)."""
-        keys = np.asarray(keys, dtype=np.int64).reshape(-1, 6 + len(SEARCHABLE_OPS))[: self.remaining]
-        return self._evaluate(keys, self.actions.inside(keys))
+        """Price strategy keys in order, with or without the redundant-experts column (keys outside
+        the search space count but are not priced); recorded in the action space's key width."""
+        keys, inside = self.actions.fit_keys(full_keys(keys)[: self.remaining])
+        return self._evaluate(keys, inside)
 
     def _evaluate(self, keys: np.ndarray, inside: np.ndarray) -> Outcome:
         tuples = [tuple(k) for k in keys.tolist()]
@@ -123,7 +125,7 @@ class Evaluator:
     def warm_start(self) -> Outcome:
         """Evaluate the Megatron default at every batch size (:func:`warm_start_keys`), deepening the
         pipeline until something is valid; set :attr:`reference` to the best valid throughput."""
-        outcome = Outcome(np.zeros((0, 6 + len(SEARCHABLE_OPS)), dtype=np.int64), np.zeros(0),
+        outcome = Outcome(np.zeros((0, self.actions.key_width), dtype=np.int64), np.zeros(0),
                           np.zeros(0, dtype=bool))
         for pp in self.actions.space.pp:
             if self.done:
@@ -147,9 +149,9 @@ class Evaluator:
         return [OUTSIDE_SPACE] if mask == _OUTSIDE_MASK else reason_names(mask)
 
     def history(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every call in order: keys ``[n, 18]``, tokens/s/GPU (NaN outside the space), reason masks
-        (-1 outside the space)."""
-        keys = np.array(self.history_keys, dtype=np.int64).reshape(-1, 6 + len(SEARCHABLE_OPS))
+        """Every call in order: keys ``[n, key_width]`` (the action space's), tokens/s/GPU (NaN outside
+        the space), reason masks (-1 outside the space)."""
+        keys = np.array(self.history_keys, dtype=np.int64).reshape(-1, self.actions.key_width)
         return keys, np.array(self.history_value, dtype=float), np.array(self.history_reasons, dtype=np.int64)
 
     def best_so_far(self) -> np.ndarray:
@@ -173,14 +175,15 @@ class Evaluator:
 def warm_start_keys(actions: ActionSpace, pp: int) -> np.ndarray:
     """The Megatron default at every batch size: Megatron sharding, ``tp`` as wide as the space
     allows (one node), ``ep`` as wide as the remaining GPUs allow, the given ``pp``, one microbatch,
-    ``dp`` using the rest. Empty when that degree combination is not in the space."""
+    ``dp`` using the rest, no redundant experts. Empty when that degree combination is not in the
+    space. Keys in the action space's key width."""
     space = actions.space
     tp = max(space.tp)
     fits = [e for e in space.ep if space.num_gpus % (tp * e * pp) == 0]
     if not fits:
-        return np.zeros((0, 6 + len(SEARCHABLE_OPS)), dtype=np.int64)
+        return np.zeros((0, actions.key_width), dtype=np.int64)
     ep = max(fits)
     codes = [CHOICES.index(megatron_sharding()[op]) for op in SEARCHABLE_OPS]
     rows = [[tp, ep, pp, space.num_gpus // (tp * ep * pp), b, 1, *codes] for b in space.batch]
-    rows = np.array(rows, dtype=np.int64).reshape(-1, len(codes) + 6)
-    return rows[actions.inside(rows)]
+    rows, inside = actions.fit_keys(np.array(rows, dtype=np.int64).reshape(-1, len(codes) + 6))
+    return rows[inside]

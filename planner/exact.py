@@ -34,10 +34,15 @@ memory the Pareto product of ``(row, c)`` is searched unless the bound cannot be
 value found. Every candidate is finally priced by :func:`simcore.proxy.evaluate_batch` at its true
 row, so the answer is the proxy's own number.
 
+**Redundant experts.** A row here is a degree row plus one of the space's redundant-experts options
+at its ``ep`` (``SearchSpace.with_redundant``; only 0 when the space offers none). The replicas change
+the MoE block's time (the busiest rank's expected load, the expert slots) and its expert weights, the
+same for every choice, so everything above holds per row with them.
+
 ``T_g`` is measured by probes: strategies with ``pp = 1`` and one microbatch at the row's ``tp``,
-``ep`` and sequences per group, every other group replicated. There the step is the sum of the blocks,
-so for fixed ``c`` the probe steps differ exactly by ``T_g`` differences. ``tests/test_exact.py``
-checks the result against brute force. The static workload composes several phases whose block times
+``ep``, sequences per group and redundant experts, every other group replicated. There the step is
+the sum of the blocks, so for fixed ``c`` the probe steps differ exactly by ``T_g`` differences.
+``tests/test_exact.py`` checks the result against brute force. The static workload composes several phases whose block times
 a scalar probe cannot separate: it falls back to brute force when the space is small enough.
 """
 
@@ -55,6 +60,7 @@ from simcore.proxy import BatchResult, evaluate_batch
 from simcore.strategy import megatron_sharding
 
 from .actions import row_reasons
+from .megatron import BASE_WIDTH, KEY_WIDTH
 from .space import SearchSpace
 
 __all__ = ["ExactResult", "exact_optimum", "brute_force", "GROUPS", "CONDITION"]
@@ -94,8 +100,22 @@ def _base_codes(ops: tuple[str, ...]) -> np.ndarray:
     return np.array([REPLICATED if op in ops else choice_code(meg[op]) for op in SEARCHABLE_OPS], dtype=np.int64)
 
 
+def _rows(ctx: CostContext, space: SearchSpace) -> np.ndarray:
+    """Rows ``(tp, ep, pp, dp, batch, microbatches, redundant)`` of the space that pass the structural
+    checks with every operator replicated (so no choice is at fault)."""
+    rows = space.with_redundant(space.degree_grid())
+    return rows[row_reasons(ctx, rows) == 0]
+
+
+def _probe_keys(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique ``(tp, ep, sequences per group and microbatch, redundant)`` of rows, and each row's index."""
+    seqs = rows[:, 4] // (rows[:, 1] * rows[:, 5])
+    return np.unique(np.stack([rows[:, 0], rows[:, 1], seqs, rows[:, 6]], 1), axis=0, return_inverse=True)
+
+
 class _Probe:
-    """Group block times ``T[g][key, c, x]`` and weights ``W[g][key, x]`` for the unique probe keys."""
+    """Group block times ``T[g][key, c, x]`` and weights ``W[g][key, x]`` for the unique probe keys
+    ``(tp, ep, sequences per group, redundant experts)``."""
 
     def __init__(self, ctx: CostContext, probe_keys: np.ndarray, ops: tuple[str, ...]):
         self.ctx, self.ops = ctx, ops
@@ -110,10 +130,11 @@ class _Probe:
         for g, members in self.groups.items():
             x = self.choices[g]
             grid = np.array(list(itertools.product(range(n_k), range(n_c), range(len(x)))), dtype=np.int64)
-            keys = np.empty((len(grid), 6 + len(SEARCHABLE_OPS)), dtype=np.int64)
-            tp, ep, seqs = probe_keys[grid[:, 0]].T
+            keys = np.empty((len(grid), KEY_WIDTH), dtype=np.int64)
+            tp, ep, seqs, redundant = probe_keys[grid[:, 0]].T
             keys[:, :6] = np.stack([tp, ep, np.ones_like(tp), np.ones_like(tp), seqs * ep, np.ones_like(tp)], 1)
-            keys[:, 6:] = base
+            keys[:, 6:BASE_WIDTH] = base
+            keys[:, BASE_WIDTH] = redundant
             for j, op in enumerate(CONDITION):
                 keys[:, 6 + SEARCHABLE_OPS.index(op)] = self.conds[grid[:, 1], j]
             for j, op in enumerate(members):
@@ -122,15 +143,18 @@ class _Probe:
             self.calls += len(keys)
             t = np.where((r.reasons & _CHOICE_BITS) == 0, r.step_time_s, np.inf)
             self.T[g] = t.reshape(n_k, n_c, len(x))
-            self.W[g] = np.stack([self._weights(members, x, int(k[0]), int(k[1])) for k in probe_keys])
+            self.W[g] = np.stack([self._weights(members, x, int(k[0]), int(k[1]), int(k[3])) for k in probe_keys])
 
-    def _weights(self, members, x: np.ndarray, tp: int, ep: int) -> np.ndarray:
-        """Weight bytes per GPU of one layer's (or block's) group operators under each choice."""
-        ops, wb = model_ops(self.ctx.model), self.ctx.workload.weight_bytes
+    def _weights(self, members, x: np.ndarray, tp: int, ep: int, redundant: int = 0) -> np.ndarray:
+        """Weight bytes per GPU of one layer's (or block's) group operators under each choice (an
+        expert operator's: its slots per GPU, as :func:`simcore.memory.memory_per_gpu_bytes` counts)."""
+        m, w = self.ctx.model, self.ctx.workload
+        ops, wb = model_ops(m), w.weight_bytes
+        slots = np.ceil((m.num_experts + redundant) / max(ep, 1)) / max(m.num_experts, 1)
         total = np.zeros(len(x))
         for j, op in enumerate(members):
             per = ops[op].weight_params * wb / np.where(x[:, j] == REPLICATED, 1.0, tp)
-            total += per / ep if op.startswith("expert_") else per
+            total += per * (w.expert_bytes / wb) * slots if op.startswith("expert_") else per
         return total
 
     def pareto(self, g: str) -> tuple[np.ndarray, np.ndarray]:
@@ -145,8 +169,9 @@ class _Probe:
 
 
 def _assemble(rows: np.ndarray, conds: np.ndarray, picks: dict, probe: _Probe, base: np.ndarray) -> np.ndarray:
-    keys = np.empty((len(rows), 6 + len(SEARCHABLE_OPS)), dtype=np.int64)
-    keys[:, :6], keys[:, 6:] = rows, base
+    """Keys of rows ``[n, 7]`` (degrees, redundant experts) with condition ``conds`` and group picks."""
+    keys = np.empty((len(rows), KEY_WIDTH), dtype=np.int64)
+    keys[:, :6], keys[:, 6:BASE_WIDTH], keys[:, BASE_WIDTH] = rows[:, :6], base, rows[:, 6]
     for j, op in enumerate(CONDITION):
         keys[:, 6 + SEARCHABLE_OPS.index(op)] = conds[:, j]
     for g, x in picks.items():
@@ -160,12 +185,10 @@ def exact_optimum(ctx: CostContext, space: SearchSpace, brute_force_limit: int =
     ops = tuple(op for op in SEARCHABLE_OPS if op_applies(ctx.model, op))
     if ctx.workload.phase == "static":
         return brute_force(ctx, space, limit=brute_force_limit)
-    grid = space.degree_grid()
-    rows = grid[row_reasons(ctx, grid) == 0]
+    rows = _rows(ctx, space)
     if len(rows) == 0:
         return brute_force(ctx, space, limit=brute_force_limit)
-    seqs = rows[:, 4] // (rows[:, 1] * rows[:, 5])
-    probe_keys, inverse = np.unique(np.stack([rows[:, 0], rows[:, 1], seqs], 1), axis=0, return_inverse=True)
+    probe_keys, inverse = _probe_keys(rows)
     probe = _Probe(ctx, probe_keys, ops)
     base = _base_codes(ops)
     pareto = {g: probe.pareto(g) for g in probe.groups}
@@ -215,19 +238,22 @@ def _result(keys: np.ndarray, vals: np.ndarray, reasons: np.ndarray, calls: int)
 
 
 def brute_force(ctx: CostContext, space: SearchSpace, limit: int = 3_000_000) -> ExactResult:
-    """Every degree row times every choice of the model's operators, priced by the proxy (the
-    reference :func:`exact_optimum` is tested against). Refuses spaces above ``limit`` strategies."""
+    """Every degree row and redundant-experts option (those with ranks to hold the replicas) times
+    every choice of the model's operators, priced by the proxy (the reference :func:`exact_optimum`
+    is tested against). Refuses spaces above ``limit`` strategies."""
     ops = tuple(op for op in SEARCHABLE_OPS if op_applies(ctx.model, op))
-    grid = space.degree_grid()
+    grid = space.with_redundant(space.degree_grid())
+    grid = grid[(grid[:, 6] == 0) | ((row_reasons(ctx, grid) & bit("redundant_experts")) == 0)]
     n = len(grid) * 3 ** len(ops)
     if n > limit:
         raise ValueError(f"planner exact: brute force over {n:,} strategies exceeds the limit of {limit:,} "
                          f"(the fast exact method needs a decode or prefill workload)")
     combos = np.array(list(itertools.product(range(3), repeat=len(ops))), dtype=np.int64)
     base = _base_codes(ops)
-    keys = np.empty((len(grid) * len(combos), 6 + len(SEARCHABLE_OPS)), dtype=np.int64)
-    keys[:, :6] = np.repeat(grid, len(combos), 0)
-    keys[:, 6:] = base
+    keys = np.empty((len(grid) * len(combos), KEY_WIDTH), dtype=np.int64)
+    keys[:, :6] = np.repeat(grid[:, :6], len(combos), 0)
+    keys[:, 6:BASE_WIDTH] = base
+    keys[:, BASE_WIDTH] = np.repeat(grid[:, 6], len(combos))
     for j, op in enumerate(ops):
         keys[:, 6 + SEARCHABLE_OPS.index(op)] = np.tile(combos[:, j], len(grid))
     r = _price(ctx, keys)

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from simcore.lowering import CostContext
-from simcore.opgraph import SEARCHABLE_OPS
 from simcore.strategy import Strategy
 
 from .actions import ActionSpace
@@ -26,7 +25,7 @@ from .baselines import Annealing, Genetic, RandomSearch, RandomWalk
 from .checkpoint import config_difference, load_checkpoint, save_checkpoint
 from .evaluator import Evaluator
 from .exact import exact_optimum
-from .megatron import megatron_search, strategy_from_key
+from .megatron import full_keys, megatron_search, strategy_from_key
 from .search import PPOSearch
 from .space import SearchSpace
 
@@ -52,7 +51,7 @@ class SearchResult:
     calls: int
     proxy_evals: int
     wall_s: float
-    keys: np.ndarray                  # [n, 18] in evaluation order
+    keys: np.ndarray                  # [n, KEY_WIDTH] (Strategy.key() rows) in evaluation order
     values: np.ndarray                # tokens/s/GPU (NaN outside the search space)
     reasons: np.ndarray               # reason bitmask, -1 outside the search space
     best_key: tuple | None
@@ -132,9 +131,10 @@ def _iterative(ctx, space, pcfg, seed, run_dir, config, resume, stop, listener) 
     elite = getattr(planner, "elite", None)
     elite_keys = []
     if elite is not None and elite.records:
-        elite_keys = [tuple(k) for k in actions.to_keys(np.array([a for _, a in elite.records]))[0].tolist()]
+        elite_keys = [tuple(k) for k in full_keys(actions.to_keys(np.array([a for _, a in elite.records]))[0]).tolist()]
+    best_key = None if ev.best_key is None else tuple(int(v) for v in full_keys(ev.best_key)[0])
     return SearchResult(pcfg.name, seed, ev.calls, ev.proxy_evals, wall_before + time.perf_counter() - started,
-                        keys, values, reasons, ev.best_key, ev.best_value if ev.best_key else float("nan"),
+                        full_keys(keys), values, reasons, best_key, ev.best_value if ev.best_key else float("nan"),
                         list(getattr(planner, "metrics", [])), elite_keys)
 
 
@@ -157,7 +157,7 @@ def run_planner(ctx: CostContext, space: SearchSpace, pcfg, seed: int, *, run_di
         keys, values, reasons, calls = ex.keys, ex.values, ex.reasons, ex.calls
     else:
         raise ValueError(f"planner.name: {pcfg.name!r} is not a known planner")
-    keys = np.asarray(keys, dtype=np.int64).reshape(-1, 6 + len(SEARCHABLE_OPS))
+    keys = full_keys(keys)
     score = np.where(reasons == 0, values, -np.inf)
     best = int(np.argmax(score)) if len(score) and np.isfinite(score.max()) else None
     return SearchResult(pcfg.name, int(seed), int(calls), int(calls), time.perf_counter() - started, keys,

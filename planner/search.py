@@ -110,14 +110,15 @@ class PPOSearch:
 
     def _neighbours(self, ev: Evaluator, action: tuple[int, ...]) -> np.ndarray:
         """Distinct changes of ``action`` whose keys were never priced (masks repaired): every
-        one-head change; every change of two coarse heads together, since degrees, batch and
-        microbatches are coupled (more pipeline stages pay off only with a larger batch); every
+        one-head change; every change of two coarse heads together, since degrees, batch,
+        microbatches and redundant experts are coupled (more pipeline stages pay off only with a
+        larger batch, replicas only at a wide enough expert-parallel degree); every
         change of two neighbouring operators; and every layout of each block of operators
         (:data:`BLOCKS`), whose layouts must agree (a column-parallel producer wants a row-parallel
         consumer), so no single change from one good layout reaches the other."""
         base = np.array(action, dtype=np.int64)
         sizes = self.actions.sizes.tolist()
-        n_coarse = len(self.actions.degree_heads)
+        n_coarse = self.actions.num_coarse
         groups = [(i,) for i in range(len(sizes))]
         groups += [(i, j) for i in range(n_coarse) for j in range(i + 1, n_coarse)]
         names = [h.name for h in self.actions.heads]

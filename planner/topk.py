@@ -29,9 +29,8 @@ from simcore.lowering import CostContext
 from simcore.memory import bit
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
 
-from .actions import row_reasons
-from .exact import _assemble, _base_codes, _price, _Probe, brute_force
-from .megatron import canonical_key
+from .exact import _assemble, _base_codes, _price, _Probe, _probe_keys, _rows, brute_force
+from .megatron import KEY_WIDTH, canonical_key
 from .space import SearchSpace
 
 __all__ = ["TopK", "top_k"]
@@ -41,7 +40,7 @@ _SLO_BITS = bit("ttft_slo") | bit("tpot_slo")
 
 @dataclass
 class TopK:
-    """The ``K`` best distinct valid plans, best first (``keys`` [n, 18], ``values`` tokens/s/GPU),
+    """The ``K`` best distinct valid plans, best first (``keys`` [n, KEY_WIDTH], ``values`` tokens/s/GPU),
     and how many strategies were priced to prove it."""
 
     keys: np.ndarray
@@ -62,10 +61,8 @@ def _distinct_top(keys: np.ndarray, values: np.ndarray, reasons: np.ndarray, k: 
 
 def _classes(ctx: CostContext, space: SearchSpace, ops: tuple[str, ...]):
     """Valid rows, the probe, and every class ``(row index, c index)`` with its fastest strategy priced."""
-    grid = space.degree_grid()
-    rows = grid[row_reasons(ctx, grid) == 0]
-    seqs = rows[:, 4] // (rows[:, 1] * rows[:, 5])
-    probe_keys, inverse = np.unique(np.stack([rows[:, 0], rows[:, 1], seqs], 1), axis=0, return_inverse=True)
+    rows = _rows(ctx, space)
+    probe_keys, inverse = _probe_keys(rows)
     probe = _Probe(ctx, probe_keys, ops)
     pareto = {g: probe.pareto(g) for g in probe.groups}
     n_c = len(probe.conds)
@@ -90,7 +87,7 @@ class _Running:
 
     def __init__(self, k: int, model):
         self.k, self.model = k, model
-        self.keys, self.values = np.zeros((0, 6 + len(SEARCHABLE_OPS)), np.int64), np.zeros(0)
+        self.keys, self.values = np.zeros((0, KEY_WIDTH), np.int64), np.zeros(0)
         self.floor = -np.inf
 
     def add(self, keys: np.ndarray, values: np.ndarray, reasons: np.ndarray) -> None:

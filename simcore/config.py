@@ -67,13 +67,19 @@ SimConfig = EngineConfig
 class SpaceConfig:
     """Bounds of the coarse search space (the ``planner`` node's first fields; ``null`` = the cluster's
     default): ``batch`` sizes, ``microbatches`` counts, ``max_tp`` (default: one NVLink domain, at
-    least 8) and ``max_pp``. ``shard-search`` draws every planner's proposals from it; ``shard-sim``
-    searches it for the best Megatron plan when given no plan."""
+    least 8), ``max_pp`` and ``redundant_per_rank``, the redundant expert replicas per EP rank a plan
+    may add (``strategy.redundant_experts = value * ep``; searched only for an MoE model under skewed
+    routing, see :func:`simcore.space.replicas_can_help`; ``[0]``: never). ``shard-search`` draws every
+    planner's proposals from it; ``shard-sim`` searches it for the best Megatron plan (no replicas)
+    when given no plan."""
 
     batch: list[int] | None = None
     microbatches: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     max_tp: int | None = None
     max_pp: int = 16
+    # DeepSeek-V3 serves prefill with one redundant expert per GPU (32 over EP32); ranks holding many
+    # experts (small EP) may want a few more
+    redundant_per_rank: list[int] = field(default_factory=lambda: [0, 1, 2, 4])
 
 
 def build_space(ctx, space: SpaceConfig):
@@ -81,8 +87,11 @@ def build_space(ctx, space: SpaceConfig):
     from .space import SearchSpace
 
     batch = tuple(int(b) for b in space.batch) if space.batch else None
+    redundant = tuple(int(v) for v in getattr(space, "redundant_per_rank", (0,)) or (0,))
+    if any(v < 0 for v in redundant):
+        raise ConfigError(f"planner.redundant_per_rank: values must be >= 0, got {list(redundant)}")
     return SearchSpace.for_context(ctx, batch=batch, microbatches=tuple(int(m) for m in space.microbatches),
-                                   max_tp=space.max_tp, max_pp=int(space.max_pp))
+                                   max_tp=space.max_tp, max_pp=int(space.max_pp), redundant_per_rank=redundant)
 
 
 def build_engine_config(cfg) -> EngineConfig:

@@ -70,14 +70,13 @@ def _rerank(scenario: str, ctx, result, pcfg) -> tuple[float, float]:
 def run_one(job: tuple) -> dict:
     """One search (scenario, method, seed, budget, re-rank it?, planner overrides) and its figures."""
     from planner.runner import run_planner
-    from planner.space import SearchSpace
+    from simcore.config import build_space
     from validation.scenarios import scenario_context
 
     scenario, method, seed, budget, with_rerank, extra = job
     ctx = scenario_context(scenario)
     pcfg = _planner_cfg(scenario, method, budget, extra)
-    space = SearchSpace.for_context(ctx, batch=tuple(pcfg.batch) if pcfg.batch else None,
-                                    microbatches=tuple(pcfg.microbatches), max_tp=pcfg.max_tp, max_pp=pcfg.max_pp)
+    space = build_space(ctx, pcfg)  # the planner's space bounds, as shard-search builds them
     result = run_planner(ctx, space, pcfg, seed)
     reranked, rerank_s = _rerank(scenario, ctx, result, pcfg) if with_rerank else (float("nan"), 0.0)
     return {"scenario": scenario, "method": method, "seed": seed, "calls": result.calls,
@@ -118,13 +117,12 @@ def _summarize(runs: list[dict], refs: dict) -> dict:
 def _references(scenario: str, budget: int, with_rerank: bool = True) -> dict:
     from planner.config import PlannerConfig
     from planner.runner import run_planner
-    from planner.space import SearchSpace
+    from simcore.config import build_space
     from validation.scenarios import scenario_context
 
     ctx = scenario_context(scenario)
     pcfg = _planner_cfg(scenario, "megatron", budget)
-    space = SearchSpace.for_context(ctx, batch=tuple(pcfg.batch) if pcfg.batch else None,
-                                    microbatches=tuple(pcfg.microbatches), max_tp=pcfg.max_tp, max_pp=pcfg.max_pp)
+    space = build_space(ctx, pcfg)  # the planner's space bounds, as shard-search builds them
     started = time.perf_counter()
     exact = run_planner(ctx, space, PlannerConfig(name="exact"), 0)
     exact_s = time.perf_counter() - started

@@ -12,10 +12,11 @@ from rich.table import Table
 
 from simcore.apps.common import atomic_write_text
 from simcore.memory import reason_names
-from simcore.opgraph import SEARCHABLE_OPS
+from simcore.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.strategy import Strategy, megatron_sharding
 
 from ..actions import OUTSIDE_SPACE
+from ..megatron import full_keys
 from ..rerank import Reranked
 from ..runner import SearchResult
 
@@ -25,15 +26,19 @@ _DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
 
 
 def write_candidates(path: Path, result: SearchResult) -> None:
-    """``candidates.csv``: every evaluated strategy in order, with its validity and the best so far."""
+    """``candidates.csv``: every evaluated strategy in order (degrees, operator choices, redundant
+    experts), with its validity and the best so far."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["call", *_DEGREES, *SEARCHABLE_OPS, "valid", "tokens_per_s_per_gpu", "reasons", "best_so_far"])
+    writer.writerow(["call", *_DEGREES, *SEARCHABLE_OPS, "redundant_experts", "valid", "tokens_per_s_per_gpu",
+                     "reasons", "best_so_far"])
     curve = result.curve()
-    for i, (key, value, mask) in enumerate(zip(result.keys.tolist(), result.values, result.reasons, strict=True)):
+    n = 6 + len(SEARCHABLE_OPS)
+    for i, (key, value, mask) in enumerate(zip(full_keys(result.keys).tolist(), result.values, result.reasons,
+                                               strict=True)):
         reasons = OUTSIDE_SPACE if mask < 0 else ";".join(reason_names(int(mask)))
-        choices = [("dim0", "dim1", "replicated")[c] for c in key[6:]]
-        writer.writerow([i + 1, *key[:6], *choices, int(mask == 0), "" if np.isnan(value) else f"{value:.6g}",
+        choices = [CHOICES[c] for c in key[6:n]]
+        writer.writerow([i + 1, *key[:6], *choices, key[n], int(mask == 0), "" if np.isnan(value) else f"{value:.6g}",
                          reasons, "" if np.isnan(curve[i]) else f"{curve[i]:.6g}"])
     atomic_write_text(path, buf.getvalue())
 
@@ -74,9 +79,12 @@ def plot_curve(path: Path, result: SearchResult, title: str, megatron: float | N
 
 
 def sharding_diff(strategy: Strategy, ops: tuple[str, ...]) -> str:
-    """Operators whose choice differs from Megatron's, e.g. ``expert_ffn2=dim1`` (``-`` if none)."""
+    """Operators whose choice differs from Megatron's, e.g. ``expert_ffn2=dim1``, and the redundant
+    experts if any (``-`` if none of either)."""
     meg = megatron_sharding()
     diff = [f"{op}={strategy.sharding[op]}" for op in ops if strategy.sharding[op] != meg[op]]
+    if strategy.redundant_experts:
+        diff.append(f"redundant_experts={strategy.redundant_experts}")
     return ", ".join(diff) if diff else "-"
 
 
