@@ -9,11 +9,13 @@ both are compared with the measurement (``rel_error = predicted / measured - 1``
   through :func:`validation.studies.collectives.simulate_case` with the row's harness overhead;
 - **deepep** (``ep_alltoall_deepep.csv``): proxy = DeepEP's closed form for the busiest rank under
   uniform routing (:func:`validation.studies.moe.predict`, what the lowering prices under
-  ``sim.routing.a2a=deepep``), simulator = what the per-GPU engine runs for an MoE exchange: a seeded
-  sampled routing of the row's tokens, each pair's bytes as flows of the all-to-all-v
-  (:func:`simcore.engine.alltoallv.run_alltoallv`) on the row's GPUs (the engine runs a non-uniform
-  exchange so whatever ``sim.routing.a2a`` says); the same draw priced with DeepEP's per-rank formula
-  (:func:`simcore.moe.deepep.pair_times_s`, column ``sim_deepep``) splits skew from algorithm;
+  ``sim.routing.a2a=deepep``), simulator = what the per-GPU engine runs for an MoE exchange under
+  ``sim.routing.a2a=deepep``: a seeded sampled routing of the row's tokens, exchanged by DeepEP's
+  kernels (:func:`simcore.engine.deepep.exchange`: the row's mode, normal or low latency, with the
+  row's kernel version's constants) and run as flows on the row's GPUs and rail-optimized InfiniBand
+  topology (:func:`simcore.engine.deepep.run_exchange`); the same draw priced with DeepEP's per-rank
+  formula (:func:`simcore.moe.deepep.pair_times_s`, column ``sim_deepep``) splits the sampled
+  routing's skew (cause ``skew``) from what the flows on the topology add (cause ``flows``);
 - **inference** (``inference_*.csv``): proxy = :func:`simcore.proxy.evaluate`, simulator =
   :func:`simcore.engine.simulate` (contention and overlap on), through
   :mod:`validation.studies.inference`'s row-to-strategy mapping.
@@ -90,12 +92,24 @@ def collective_rows(files: tuple[str, ...] = ("collectives_calibration.csv", "co
     return out
 
 
-def _flow_alltoallv(case, pair_tokens: np.ndarray) -> float:
-    """The engine's all-to-all-v of ``pair_tokens`` copies on the row's GPUs (seconds)."""
+def _constants(case):
+    """DeepEP's constants for the row's kernel version: low-latency rows of the pure-RDMA README
+    reach same-node ranks over RDMA too (as :func:`validation.studies.moe.predict` prices them)."""
+    import dataclasses
+
+    from simcore.moe.deepep import DEFAULT_DEEPEP
+
+    return dataclasses.replace(DEFAULT_DEEPEP, ll_nvlink=DEFAULT_DEEPEP.ll_nvlink and case.ll_nvlink)
+
+
+def _flow_deepep(case, pair_tokens: np.ndarray) -> float:
+    """The engine's DeepEP exchange of ``pair_tokens`` copies on the row's GPUs, run as flows on its
+    rail-optimized InfiniBand topology (:func:`simcore.engine.deepep.run_exchange`; seconds)."""
     import simpy
 
     from simcore.collectives import DEFAULT, Fabric
-    from simcore.engine.alltoallv import run_alltoallv
+    from simcore.engine.deepep import exchange, run_exchange
+    from simcore.hardware import get_gpu
     from simcore.network import FlowNetwork
     from topologies import build_topology
 
@@ -107,14 +121,18 @@ def _flow_alltoallv(case, pair_tokens: np.ndarray) -> float:
     env = simpy.Environment()
     network = FlowNetwork(env, graph, seed=_SEED)
     ctx = types.SimpleNamespace(collective_constants=DEFAULT,
-                                cluster=types.SimpleNamespace(fabric=Fabric.from_topology(graph)))
-    proc = env.process(run_alltoallv(env, network, ctx, ranks, pair_tokens * case.token_bytes))
+                                cluster=types.SimpleNamespace(fabric=Fabric.from_topology(graph),
+                                                              gpu=get_gpu(case.gpu)))
+    ex = exchange(ctx, graph, ranks, pair_tokens, case.mode, case.tokens, case.top_k, case.token_bytes,
+                  c=_constants(case))
+    proc = env.process(run_exchange(env, network, ex))
     env.run(until=proc)
     return float(proc.value)
 
 
 def deepep_rows(path: Path = DATA / "ep_alltoall_deepep.csv", limit: int | None = None) -> list[dict]:
-    """DeepEP rows: closed form (proxy) and the engine's all-to-all-v of a sampled routing (simulator)."""
+    """DeepEP rows: closed form (proxy) and the engine's DeepEP exchange of a sampled routing, run as
+    flows (simulator)."""
     from simcore.hardware import get_gpu
     from simcore.moe.deepep import pair_times_s
     from simcore.moe.draws import draw_copies
@@ -129,18 +147,18 @@ def deepep_rows(path: Path = DATA / "ep_alltoall_deepep.csv", limit: int | None 
         pair = draw.pair_tokens if case.op == "dispatch" else draw.pair_tokens.T
         proxy_s = predict(case)
         skewed_s = float(np.max(pair_times_s(case.mode, pair, case.tokens, case.top_k, case.token_bytes,
-                                             case.ranks_per_node, get_gpu(case.gpu))))
-        sim_s = _flow_alltoallv(case, pair)
+                                             case.ranks_per_node, get_gpu(case.gpu), c=_constants(case))))
+        sim_s = _flow_deepep(case, pair)
         if case.latency_s is not None:
             metric, measured, proxy, sim, alt = "time_s", case.latency_s, proxy_s, sim_s, skewed_s
         else:  # DeepEP reports bandwidth: bottleneck bytes over time
             b = bottleneck_bytes(case)
             metric, measured = "bandwidth_bytes_per_s", case.bandwidth_bytes_per_s
             proxy, sim, alt = b / proxy_s, b / sim_s, b / skewed_s
-        skew, algo = skewed_s / proxy_s - 1, sim_s / skewed_s - 1
-        cause = "skew" if abs(skew) > abs(algo) else "algorithm"
+        skew, flows = skewed_s / proxy_s - 1, sim_s / skewed_s - 1
+        cause = "skew" if abs(skew) > abs(flows) else "flows"
         why = (f"sampled routing's busiest rank x{draw.max_load:.3f} of the mean moves DeepEP's time "
-               f"{skew:+.1%}; NCCL-style direct flows (no node-level dedup, PXN) vs DeepEP's kernels {algo:+.1%}")
+               f"{skew:+.1%}; its kernels' flows on the topology vs DeepEP's per-rank formula {flows:+.1%}")
         label = f"{case.kernel} {case.op} EP{case.ep} {case.tokens} tok {case.gpu}"
         out.append(_row("deepep", f"{path.name}:{case.line}", case.split, label, metric, measured, proxy, sim,
                         cause, why, alt))

@@ -35,6 +35,7 @@ def _group(rows: list[dict]) -> dict:
     alt = [r for r in rows if r.get("sim_deepep_rel_error") not in (None, "")]
     if alt:
         out["sim_deepep_median_abs_error"] = _median_abs([r["sim_deepep_rel_error"] for r in alt])
+        out["sim_vs_sim_deepep_max_abs"] = round(max(abs(r["sim"] / r["sim_deepep"] - 1) for r in alt), 4)
     return out
 
 
@@ -95,12 +96,17 @@ def _notes(summary: dict) -> list[str]:
     if "deepep" in reg:
         g = reg["deepep"]
         alt = ", ".join(f"{s} {pct(g[s].get('sim_deepep_median_abs_error'))}" for s in ("fit", "test") if s in g)
-        notes.append(f"- **deepep**: the simulator runs a sampled MoE exchange as NCCL-style direct all-to-all-v "
-                     f"flows (every token copy to its expert's rank, no per-node de-duplication) even under "
-                     f"`sim.routing.a2a=deepep`, and is further from DeepEP's measurements than the proxy's DeepEP "
-                     f"closed form on {g['all']['proxy_closer']} of {g['all']['differ']} rows; DeepEP's per-rank "
-                     f"formula on the simulator's own routing draw (skew included, column `sim_deepep`) has median "
-                     f"abs error {alt}: pricing the sampled exchange with DeepEP's kernels would close the gap.")
+        causes = ", ".join(f"{c} {n}" for c, n in g["all"]["causes"].items()) or "none"
+        notes.append(f"- **deepep**: the simulator runs each row's dispatch or combine as the engine does under "
+                     f"`sim.routing.a2a=deepep`: DeepEP's kernels (normal or low latency, the row's kernel "
+                     f"version) on a seeded sampled routing, as flows on the row's rail-optimized topology. On "
+                     f"these idle fabrics the flows end within {pct(g['all']['sim_vs_sim_deepep_max_abs'])} of "
+                     f"DeepEP's per-rank formula on the same draw (column `sim_deepep`, median abs error {alt}). "
+                     f"It departs from the proxy's closed form (uniform routing) on {g['all']['differ']} of "
+                     f"{g['all']['rows']} rows (causes: {causes}; *skew*: the draw's busiest rank moves more "
+                     f"than the mean, *flows*: the flows on the topology depart from DeepEP's formula), the "
+                     f"simulator closer on {g['all']['sim_closer']} of them and the proxy on "
+                     f"{g['all']['proxy_closer']}.")
     if "inference" in reg:
         g = reg["inference"]["all"]
         notes.append(f"- **inference**: simulator and proxy differ on {g['differ']} of {g['rows']} rows; most "
