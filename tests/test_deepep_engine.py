@@ -101,7 +101,8 @@ def test_deepep_flows_slow_down_when_another_transfer_shares_the_busiest_link():
 @pytest.mark.parametrize(("phase", "s", "alone"), [
     ("decode", Strategy(tp=1, ep=16, pp=1, dp=2, batch=512), True),  # two EP groups share spines: flows
     ("prefill", Strategy(tp=1, ep=16, pp=1, dp=2, batch=16), True),
-    ("decode", Strategy(tp=1, ep=16, pp=2, dp=1, batch=512, microbatches=2), False),  # pipeline sends share NICs
+    pytest.param("decode", Strategy(tp=1, ep=16, pp=2, dp=1, batch=512, microbatches=2), False,  # pipeline sends
+                 marks=pytest.mark.slow),                                                      # share NICs
 ])
 def test_engine_exchange_equals_the_proxys_deepep_formula_under_uniform_routing(phase, s, alone):
     ctx = _ctx(phase, 32)

@@ -63,11 +63,15 @@ def test_folded_equals_per_gpu_where_auto_folds_100_plans():
     _folded_equals_per_gpu(plans_per_topology=34)  # 102 plans x 2 placements x 3 topologies
 
 
-@pytest.mark.parametrize("routing", [RoutingConfig(), RoutingConfig("zipf", 1.2, sampled=True)])
-def test_shared_lanes_equal_one_lane_per_gpu(routing):
+_ZIPF = RoutingConfig("zipf", 1.2, sampled=True)
+
+
+@pytest.mark.parametrize(("routing", "plans"), [(RoutingConfig(), 4), (_ZIPF, 1),
+                                                pytest.param(_ZIPF, 4, marks=pytest.mark.slow)])
+def test_shared_lanes_equal_one_lane_per_gpu(routing, plans):
     ctx = make_ctx("mixtral-8x7b", 16, "decode")
     graph = build_topology("h100-ib-rail", num_nodes=2)
-    for s in _plans(ctx, 4, seed=5) + [Strategy(tp=2, ep=4, pp=1, dp=2, batch=64)]:
+    for s in _plans(ctx, 4, seed=5)[:plans] + [Strategy(tp=2, ep=4, pp=1, dp=2, batch=64)]:
         for placement in ("pack", "spread"):
             cfg = dict(placement=placement, mode="per-gpu", routing=routing)
             shared = simulate(ctx, graph, s, EngineConfig(**cfg))
