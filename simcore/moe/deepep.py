@@ -38,14 +38,15 @@ MODES = ("normal", "low_latency")
 @dataclass(frozen=True)
 class DeepEPConstants:
     """Fitted physical constants (SI; ``python -m validation.studies.moe.fit``, 20 rows of H800:
-    median |error| 1.3%). ``normal_latency_s`` is a prior: the normal-mode rows give bandwidths at
-    4096 tokens only, where a fixed cost of microseconds does not show."""
+    median |error| 1.2%, each row's busiest rank at the expected load of DeepEP's benchmark routing,
+    random top-8 of 256 experts). ``normal_latency_s`` is a prior: the normal-mode rows give
+    bandwidths at 4096 tokens only, where a fixed cost of microseconds does not show."""
 
-    nvlink_efficiency: float = 0.791  # normal mode: fraction of the GPU's per-direction NVLink rate
-    rdma_efficiency: float = 0.899  # normal mode: fraction of the NIC rate
-    ll_rdma_efficiency: float = 0.827  # low-latency mode: fraction of the NIC rate
-    ll_latency_s: float = 2.86e-6  # low-latency: fixed cost of one dispatch or combine
-    ll_per_peer_s: float = 0.037e-6  # low-latency: per destination rank (its writes and signal)
+    nvlink_efficiency: float = 0.794  # normal mode: fraction of the GPU's per-direction NVLink rate
+    rdma_efficiency: float = 0.900  # normal mode: fraction of the NIC rate
+    ll_rdma_efficiency: float = 0.884  # low-latency mode: fraction of the NIC rate
+    ll_latency_s: float = 6.08e-6  # low-latency: fixed cost of one dispatch or combine
+    ll_per_peer_s: float = 0.004e-6  # low-latency: per destination rank (its writes and signal)
     normal_latency_s: float = 20e-6  # normal mode: fixed cost (prior: notify + barrier, as NCCL's ~20 us)
     ll_nvlink: bool = True  # low-latency kernels reach same-node ranks over NVLink
     # SMs a kernel holds while its data moves (what compute overlapping it loses): normal mode

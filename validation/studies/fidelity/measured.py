@@ -7,9 +7,9 @@ both are compared with the measurement (``rel_error = predicted / measured - 1``
   proxy = the analytic formula (:func:`simcore.collectives.collective_time_s`), simulator = the flow
   engine (NCCL's chunks over channels on the topology's links, concurrent groups sharing them), both
   through :func:`validation.studies.collectives.simulate_case` with the row's harness overhead;
-- **deepep** (``ep_alltoall_deepep.csv``): proxy = DeepEP's closed form for the busiest rank under
-  uniform routing (:func:`validation.studies.moe.predict`, what the lowering prices under
-  ``sim.routing.a2a=deepep``), simulator = what the per-GPU engine runs for an MoE exchange under
+- **deepep** (``ep_alltoall_deepep.csv``): proxy = DeepEP's closed form for the busiest rank at the
+  expected load of the benchmark's sampled uniform routing (:func:`validation.studies.moe.predict`,
+  what the lowering prices under ``sim.routing.a2a=deepep`` with that routing), simulator = what the per-GPU engine runs for an MoE exchange under
   ``sim.routing.a2a=deepep``: a seeded sampled routing of the row's tokens, exchanged by DeepEP's
   kernels (:func:`simcore.engine.deepep.exchange`: the row's mode, normal or low latency, with the
   row's kernel version's constants) and run as flows on the row's GPUs and rail-optimized InfiniBand
@@ -44,7 +44,6 @@ __all__ = ["DIFFER", "DATA", "collective_rows", "deepep_rows", "inference_rows",
 
 DIFFER = 0.05  # simulator and proxy "differ" above this relative gap
 DATA = Path(__file__).resolve().parents[2] / "data"
-_EXPERTS = 256  # DeepEP's rows are DeepSeek-V3's setting: 256 routed experts, top-8
 _SEED = 0
 
 
@@ -136,13 +135,13 @@ def deepep_rows(path: Path = DATA / "ep_alltoall_deepep.csv", limit: int | None 
     from simcore.hardware import get_gpu
     from simcore.moe.deepep import pair_times_s
     from simcore.moe.draws import draw_copies
-    from simcore.moe.routing import RoutingConfig
     from validation.studies.moe import bottleneck_bytes, load_cases, predict
+    from validation.studies.moe.model import BENCH_EXPERTS, BENCH_ROUTING
 
     cases, _ = load_cases(path)
     out = []
     for case in cases[:limit]:
-        draw = draw_copies(RoutingConfig(sampled=True), _EXPERTS, case.ep, case.tokens * case.top_k, _SEED, 0,
+        draw = draw_copies(BENCH_ROUTING, BENCH_EXPERTS, case.ep, case.tokens * case.top_k, _SEED, 0,
                            top_k=case.top_k)
         pair = draw.pair_tokens if case.op == "dispatch" else draw.pair_tokens.T
         proxy_s = predict(case)

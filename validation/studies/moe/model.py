@@ -8,10 +8,25 @@ import statistics
 
 from simcore.hardware import get_gpu
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants, uniform_time_s
+from simcore.moe.draws import expected_max_load
+from simcore.moe.routing import RoutingConfig
 
 from .rows import MoeCase
 
-__all__ = ["bottleneck_bytes", "predict", "error", "evaluate"]
+__all__ = ["bottleneck_bytes", "busiest_load", "predict", "error", "evaluate", "BENCH_ROUTING", "BENCH_EXPERTS"]
+
+#: How DeepEP's benchmarks route (``tests/test_intranode.py``, ``test_internode.py``,
+#: ``test_low_latency.py``): every token's top-k experts drawn from random gate scores among
+#: DeepSeek-V3's 256 routed experts, i.e. a sampled uniform routing. Its busiest rank receives more
+#: than the mean (by 5-10% at these sizes), and a dispatch or combine ends with it.
+BENCH_ROUTING = RoutingConfig("uniform", sampled=True)
+BENCH_EXPERTS = 256
+
+
+def busiest_load(case: MoeCase) -> float:
+    """The expected load of the busiest rank over the mean under :data:`BENCH_ROUTING`
+    (:func:`simcore.moe.expected_max_load`, what the proxy prices for that routing)."""
+    return expected_max_load(BENCH_ROUTING, BENCH_EXPERTS, case.ep, case.tokens * case.top_k * case.ep)
 
 
 def bottleneck_bytes(case: MoeCase) -> float:
@@ -27,10 +42,11 @@ def bottleneck_bytes(case: MoeCase) -> float:
 
 
 def predict(case: MoeCase, c: DeepEPConstants = DEFAULT_DEEPEP) -> float:
-    """Predicted time (s) of the case's kernel on its GPU."""
+    """Predicted time (s) of the case's kernel on its GPU, its busiest rank at the expected load of
+    the benchmark's routing (:func:`busiest_load`)."""
     c = dataclasses.replace(c, ll_nvlink=c.ll_nvlink and case.ll_nvlink)
     return float(uniform_time_s(case.mode, case.tokens, case.top_k, case.token_bytes, case.ep,
-                                case.ranks_per_node, get_gpu(case.gpu), c=c))
+                                case.ranks_per_node, get_gpu(case.gpu), load=busiest_load(case), c=c))
 
 
 def error(case: MoeCase, c: DeepEPConstants = DEFAULT_DEEPEP) -> tuple[str, float]:
