@@ -81,8 +81,24 @@ def test_single_request_latency_is_hand_computable():
     cost = StepCost(ctx, plan.pool.strategy)
     prefill = sum(cost.gpu_times([GroupBatch.of([(512, 0)], [], 1)], rt))
     decodes = [sum(cost.gpu_times([GroupBatch.of([], [513 + i], 1)], rt)) for i in range(3)]
-    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.host_s(1) + prefill, rel=1e-9)
+    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.request_s + rt.host_s(1) + prefill, rel=1e-9)
     assert r.metrics.tpot_s["mean"] == pytest.approx(sum(decodes) / 3 + rt.host_s(1), rel=1e-9)
+
+
+@pytest.mark.parametrize("arrival", ["closed", "poisson"])
+def test_request_path_adds_to_ttft_only(arrival):
+    """The runtime's request path delays each request's arrival at the scheduler: with one client (or
+    arrivals far apart) the server is idle meanwhile, so every TTFT grows by exactly that time."""
+    ctx = _ctx()
+    plan = ServingPlan.aggregated(megatron_strategy(tp=1), 1, 8)
+    cfg = ServingConfig(arrival=arrival, concurrency=1, rate=0.05, num_requests=4, runtime="sglang",
+                        input_len=LengthDist("uniform", mean=500, low=300, high=700), output_len=LengthDist(mean=6))
+    rt = get_runtime("sglang")
+    runs = [simulate_serving(ctx, plan, cfg, runtime=rt.with_overrides(request_s=r)) for r in (0.0, 0.07)]
+    assert runs[1].metrics.ttft_s["mean"] == pytest.approx(runs[0].metrics.ttft_s["mean"] + 0.07, rel=1e-9)
+    assert runs[1].metrics.tpot_s["mean"] == pytest.approx(runs[0].metrics.tpot_s["mean"], rel=1e-9)
+    with pytest.raises(ServingInputError, match="request"):
+        rt.with_overrides(request_s=-1e-3)
 
 
 def test_graph_replay_saves_each_kernels_launch_cost():

@@ -54,6 +54,31 @@ def test_disaggregated_row_without_worker_counts_is_skipped():
     assert not case.skip and case.plan.gpus == 24
 
 
+@pytest.mark.parametrize(("model", "tp", "moe_tp", "moe_ep"), [("deepseek-ai/DeepSeek-V3", 64, 8, 8),
+                                                              ("openai/gpt-oss-120b", 16, 4, 4)])
+def test_a_tp_degree_that_is_the_expert_degrees_product_beyond_a_node_is_skipped(model, tp, moe_tp, moe_ep):
+    row = _row(model_path=model, backend="trtllm", tp_size=tp, attention_dp_size=1, moe_tp_size=moe_tp,
+               moe_ep_size=moe_ep)
+    assert map_row(row).skip.startswith(f"layout: tp_size {tp} spans")
+    row.update(tp_size="8", moe_tp_size="1", moe_ep_size="8")  # one node's tp8 ep8 maps
+    case = map_row(row)
+    assert not case.skip and case.plan.gpus == 8
+
+
+def test_the_harness_draws_lengths_as_the_measuring_client_did():
+    from validation.studies.serving import RANGE_RATIO, REQUESTS_PER_CLIENT, serving_config
+
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, isl=1024, osl=100,
+                        silicon_data_source="x; silicon_concurrency=16"))
+    cfg = serving_config(case)
+    assert cfg.num_requests == REQUESTS_PER_CLIENT * 16 and cfg.arrival == "closed" and not cfg.stagger
+    import numpy as np
+
+    draws = cfg.input_len.draw(np.random.default_rng(0), 4000)
+    assert draws.min() == int(RANGE_RATIO * 1024) and draws.max() == 1024  # floor(0.8 L) .. L
+    assert cfg.output_len.low == 80 and cfg.output_len.high == 100
+
+
 def test_unknown_model_and_system_are_skipped_with_why():
     assert map_row(_row(model_path="nobody/NoSuchModel-7B", tp_size=1)).skip.startswith("model: no preset")
     assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1,

@@ -9,6 +9,13 @@ sampling bookkeeping, detokenizing and streaming) and its small all-reduce kerne
 of that backend's fit-set rows (the host time per step sets TPOT; TTFT is mostly queueing) (the models of :data:`validation.studies.serving.FIT_MODELS`; at most
 ``--rows`` of them, spread evenly). Test-set rows are refused: the fit never sees them. Prints the chosen
 values (copy them into ``simcore/serving/runtime.py``) and ends with one JSON line.
+
+Then a fourth, the runtime's request path (``RuntimeProfile.request_s``: HTTP, tokenization, hand-off to
+the scheduler, the first token's way back), on the median ``|log|`` error of the mean TTFT of the same
+runtime's fit rows (``--ttft-rows`` of them). It adds to every TTFT, so each row is simulated once
+without it and the grid is scored on ``simulated + request_s``; that the delay before the scheduler
+barely changes a closed loop's load is what the study's full runs (which simulate it) confirm.
+``--only-request`` keeps the three host constants as they are and fits this one alone.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ __all__ = ["main", "GRID_S"]
 GRID_S = (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 9e-3, 12e-3)
 GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6)
 GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
+GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3)
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 
 
@@ -41,10 +49,33 @@ def _score(cases, runtime) -> float:
     return float(np.median(errs)) if errs else math.inf
 
 
+def _fit_request_s(cases, runtime) -> tuple[float, float, int]:
+    """``(request_s, median |log error| of TTFT, rows)`` on :data:`GRID_REQUEST_S` (module doc)."""
+    base = runtime.with_overrides(request_s=0.0)
+    pairs = []
+    for case in cases:
+        ttft, _tpot, why = simulate_case(case, base)
+        if not why:
+            pairs.append((ttft, float(case.row["silicon_ttft_ms"]) * 1e-3))
+    if not pairs:
+        return runtime.request_s, math.inf, 0
+    scores = {r: float(np.median([abs(math.log((t + r) / m)) for t, m in pairs])) for r in GRID_REQUEST_S}
+    print(f"{runtime.name:7s} request_s            " + "  ".join(f"{v * 1e3:g}ms:{e:.3f}" for v, e in scores.items()),
+          flush=True)
+    best = min(scores, key=scores.get)
+    return best, scores[best], len(pairs)
+
+
+def _spread(cases: list, n: int) -> list:
+    return cases[:: max(len(cases) // n, 1)][:n]
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=_DATA)
     parser.add_argument("--rows", type=int, default=24, help="fit rows per backend (spread evenly)")
+    parser.add_argument("--ttft-rows", type=int, default=40, help="fit rows per backend for request_s")
+    parser.add_argument("--only-request", action="store_true", help="fit request_s alone (module doc)")
     args = parser.parse_args(argv)
     cases = [c for c in load_cases(args.data) if not c.skip]
     test = [c for c in cases if split_of(c.row) != "fit"]
@@ -56,11 +87,14 @@ def main(argv: list[str] | None = None) -> dict:
         if not mine:
             print(f"{backend}: no fit rows")
             continue
-        step = max(len(mine) // args.rows, 1)
-        mine = mine[::step][: args.rows]
         rt = get_runtime(backend)
-        score = math.inf
-        for _ in range(2):
+        request_s, ttft_score, ttft_rows = _fit_request_s(_spread(mine, args.ttft_rows), rt)
+        rt = rt.with_overrides(request_s=request_s)
+        print(f"{backend}: request_s = {request_s * 1e3:g} ms ({ttft_rows} rows, median |log error| of TTFT "
+              f"{ttft_score:.3f})")
+        mine = _spread(mine, args.rows)
+        score = _score(mine, rt) if args.only_request else math.inf
+        for _ in range(0 if args.only_request else 2):
             for field, grid in (("step_host_s", GRID_S), ("step_host_per_seq_s", GRID_PER_SEQ_S),
                                 ("custom_ar_s", GRID_CUSTOM_AR_S)):
                 scores = {v: _score(mine, rt.with_overrides(**{field: v})) for v in grid}
@@ -69,8 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"{backend:7s} {field:20s} " + "  ".join(f"{v * 1e3:g}ms:{e:.3f}" for v, e in scores.items()),
                       flush=True)
         fitted[backend] = {"step_host_s": rt.step_host_s, "step_host_per_seq_s": rt.step_host_per_seq_s,
-                           "custom_ar_s": rt.custom_ar_s,
-                           "median_abs_log_error": score, "rows": len(mine)}
+                           "custom_ar_s": rt.custom_ar_s, "request_s": rt.request_s,
+                           "median_abs_log_error": score, "rows": len(mine),
+                           "ttft_median_abs_log_error": ttft_score, "ttft_rows": ttft_rows}
         print(f"{backend}: step_host_s = {rt.step_host_s * 1e3:g} ms, step_host_per_seq_s = "
               f"{rt.step_host_per_seq_s * 1e6:g} us ({len(mine)} rows, median |log error| {score:.3f})")
     print(json.dumps(fitted))

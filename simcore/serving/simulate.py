@@ -122,7 +122,7 @@ class _Cluster:
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish,
                  fast: bool = True):
-        self.env, self.ctx, self.graph = env, ctx, graph
+        self.env, self.ctx, self.graph, self.request_s = env, ctx, graph, runtime.request_s
         self.pools: dict[str, list[Worker]] = {}
         self.kv_tokens: dict[str, int] = {}
         self.costs: list[StepCost] = []
@@ -162,6 +162,18 @@ class _Cluster:
         self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
 
     def route(self, req: Request) -> None:
+        """Send ``req`` to the entry worker with the fewest outstanding requests, once the runtime's
+        request path (``RuntimeProfile.request_s``) has brought it to the scheduler."""
+        if self.request_s > 0:
+            self.env.process(self._after_intake(req))
+        else:
+            self._submit(req)
+
+    def _after_intake(self, req: Request):
+        yield self.env.timeout(self.request_s)
+        self._submit(req)
+
+    def _submit(self, req: Request) -> None:
         entry = self.pools.get("both") or self.pools["prefill"]
         min(entry, key=lambda w: w.load).submit(req)
 

@@ -3,8 +3,19 @@
 Takes any CSV in the schema of aiconfigurator's ``silicon_sample.csv`` (the shipped
 ``validation/data/serving_h200_measured.csv`` is its H200 rows). Each row becomes a closed-loop run
 of ``silicon_concurrency`` clients against the row's layout (:mod:`.mapping`), simulated with the
-row's runtime profile, all clients starting together; the simulated mean TTFT and TPOT over every
-request are compared with the measured ones.
+row's runtime profile; the simulated mean TTFT and TPOT over every request are compared with the
+measured ones.
+
+The client is simulated as the one that measured the rows: the sample's rows come from SemiAnalysis
+InferenceX's nightly runs (its ``silicon_data_source`` names their database dump, config and workflow
+ids), whose ``utils/bench_serving/benchmark_serving.py`` runs ``--max-concurrency C --request-rate inf
+--ignore-eos --random-range-ratio 0.8`` (``.github/workflows/benchmark-tmpl.yml``): every request's
+input and output lengths drawn uniformly from the integers ``[floor(0.8 L), L]``, the first ``C``
+requests sent together and each finished one replaced at once, warm-up requests left out, TTFT the
+mean over requests and TPOT the mean of ``(latency - TTFT) / (output tokens - 1)``. It sends
+``10 C`` requests; the study sends :data:`REQUESTS_PER_CLIENT` per client (a third of the time of
+ten), so its opening wave, when all clients' prompts arrive at once, weighs a quarter of the mean
+where the measurement's weighs a tenth.
 
 Fit and test: the runtime profiles' host cost per step is fitted (``python -m validation.fit_serving``)
 on the rows of the models in :data:`FIT_MODELS` only; every other model's rows are the test set. The
@@ -28,7 +39,8 @@ from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_ser
 
 from .mapping import RowCase, map_row
 
-__all__ = ["run", "simulate_case", "FIT_MODELS", "load_cases", "split_of", "summarize_rows"]
+__all__ = ["run", "simulate_case", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
+           "summarize_rows", "RANGE_RATIO", "REQUESTS_PER_CLIENT"]
 
 #: Models whose rows the runtime fit may use; every other model's rows are the test set. Every backend
 #: is covered, and so are host-bound rows (a small model at hundreds of sequences), without which the
@@ -54,18 +66,28 @@ def load_cases(path: Path) -> list[RowCase]:
     return [map_row(r) for r in rows]
 
 
-def requests_for(concurrency: int) -> tuple[int, int]:
-    """(requests a run sends, warm-up requests left out): every client sends 3 (at least 32 in all), all
-    starting together as benchmark clients do, and every request counts."""
-    return max(3 * concurrency, 32), 0
+#: InferenceX's ``--random-range-ratio``: lengths uniform in ``[floor(RANGE_RATIO * L), L]`` (module doc)
+RANGE_RATIO = 0.8
+#: requests each closed-loop client sends (InferenceX: 10; module doc)
+REQUESTS_PER_CLIENT = 4
+
+
+def harness_lengths(length: int, name: str) -> LengthDist:
+    """The measuring client's length draw for a nominal ``length`` (``isl`` or ``osl``)."""
+    low = max(int(RANGE_RATIO * length), 1)
+    return LengthDist(kind="uniform", mean=(low + length) / 2, low=low, high=length, name=name)
+
+
+def serving_config(case: RowCase) -> ServingConfig:
+    """The row's closed-loop run as the measuring client made it (module doc)."""
+    return ServingConfig(concurrency=case.concurrency, num_requests=max(REQUESTS_PER_CLIENT * case.concurrency, 32),
+                         input_len=harness_lengths(case.isl, "isl"), output_len=harness_lengths(case.osl, "osl"),
+                         runtime=case.runtime)
 
 
 def simulate_case(case: RowCase, runtime=None) -> tuple[float, float, str]:
     """Simulated mean (TTFT, TPOT) in seconds, or nan and why not."""
-    total, warmup = requests_for(case.concurrency)
-    cfg = ServingConfig(concurrency=case.concurrency, num_requests=total, warmup=warmup,
-                        input_len=LengthDist(mean=case.isl), output_len=LengthDist(mean=case.osl),
-                        runtime=case.runtime)
+    cfg = serving_config(case)
     result = simulate_serving(case.ctx, case.plan, cfg, runtime=runtime or get_runtime(case.runtime))
     if not result.feasible:
         return math.nan, math.nan, result.reason

@@ -21,7 +21,10 @@ The mapping, column by column:
   whose attention GPUs (tp x dp) differ from its expert GPUs (moe_tp x moe_ep) is skipped, except a vLLM
   row with a blank ``attention_dp_size`` whose expert GPUs are a multiple k of ``tp_size``: vLLM's MoE
   layers run over all data-parallel x tensor-parallel ranks (its ``FusedMoEParallelConfig``), so the row
-  is ``--data-parallel-size k`` (Qwen3-235B-FP8 at tp1 moe_tp2 cannot fit one H200 otherwise).
+  is ``--data-parallel-size k`` (Qwen3-235B-FP8 at tp1 moe_tp2 cannot fit one H200 otherwise). A row
+  whose ``tp_size`` exceeds one node's 8 GPUs and equals ``moe_tp_size x moe_ep_size`` (both > 1; e.g.
+  tp 64 = 8 x 8 for DeepSeek on TensorRT-LLM) records a product as its TP degree and is skipped: taken
+  at its word it is a 64-GPU tensor-parallel group, a different deployment from the one measured.
 - ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker
   (TensorRT-LLM's and vLLM's are per attention-DP rank, each vLLM DP rank being its own engine with its
   own scheduler: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
@@ -43,6 +46,7 @@ from simcore.workload import Workload
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
+NODE_GPUS = 8  # GPUs in one NVLink domain of every system above (HGX H100 / H200 / B200)
 _FOUR_BIT = ("fp4", "int4", "nvfp4", "mxfp4", "w4a16", "w4a8")
 
 
@@ -105,6 +109,10 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
         dp = moe_tp * moe_ep // tp  # vLLM's MoE layers span all data-parallel x tensor-parallel ranks
     if moe and tp * dp != moe_tp * moe_ep:
         return f"layout: attention on tp{tp} x dp{dp} GPUs but experts on moe_tp{moe_tp} x moe_ep{moe_ep}"
+    if tp > NODE_GPUS and moe_tp > 1 and moe_ep > 1:
+        return (f"layout: tp_size {tp} spans {tp // NODE_GPUS} {NODE_GPUS}-GPU nodes and equals moe_tp {moe_tp} x "
+                f"moe_ep {moe_ep}: a product of the expert degrees recorded as the TP degree (no runtime runs "
+                f"tensor parallelism of {tp} for one node's benchmark); the row's GPU count is unknown")
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
     if row.get("backend", "").strip() == "trtllm" or vllm:
@@ -167,7 +175,7 @@ def map_row(row: dict) -> RowCase:
             return case
     plan = ServingPlan.aggregated(pools[0].strategy, pools[0].workers, pools[0].max_num_seqs) if len(pools) == 1 \
         else ServingPlan.disaggregated(*pools)
-    nodes = max(1, -(-plan.gpus // 8))
+    nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
-    case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=8 * nodes, nvlink_domain_size=8))
+    case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
     return case
