@@ -2,6 +2,7 @@
 
 import csv
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,12 +100,14 @@ def test_run_writes_rows_and_summary(tmp_path):
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    summary = run(data, tmp_path / "out")
+    summary = run(data, tmp_path / "out", SimpleNamespace(jobs=2))
     out = list(csv.DictReader((tmp_path / "out" / "rows.csv").open()))
     assert [bool(r["skipped_reason"]) for r in out] == [False, True]
     assert float(out[0]["sim_ttft_ms"]) > 0 and float(out[0]["sim_tpot_ms"]) > 0
     assert summary["all"]["simulated"] == 1 and summary["simulated_share"] == 0.5
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["test"]["rows"] == 1  # the 8B model is a fit model
+    run(data, tmp_path / "one", SimpleNamespace(jobs=1))  # worker processes change nothing
+    assert (tmp_path / "one" / "rows.csv").read_text() == (tmp_path / "out" / "rows.csv").read_text()
 
 
 @pytest.mark.parametrize("version, profile", [("0.18.0", "vllm"), ("0.14.1", "vllm"), ("0.12.0", "vllm-sync"),

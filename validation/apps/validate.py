@@ -26,7 +26,9 @@ class StudyConfig:
     """``name``: which study; ``data``: its input CSV (``null`` = the shipped calibration file);
     ``engine``: ``analytic`` (the cost model) or ``flow`` (the flow-level simulator) where it applies.
     Collectives only: ``harness`` that measured the rows (``auto`` reads it from each row's setting
-    and note; ``nccl-tests``, ``xla``, ``torch`` force one). Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``."""
+    and note; ``nccl-tests``, ``xla``, ``torch`` force one). Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``.
+    Serving only: ``jobs``, worker processes over its rows (``null`` = one per CPU core; the results do not
+    depend on it: every row is its own seeded simulation)."""
 
     name: str = "collectives"
     data: str | None = None
@@ -35,6 +37,7 @@ class StudyConfig:
     strategies: int | None = None
     scenarios: list[str] | None = None
     quick: bool = False
+    jobs: int | None = None
 
 
 @dataclass

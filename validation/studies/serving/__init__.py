@@ -117,16 +117,34 @@ def _table(title: str, groups: dict[str, list[dict]]) -> None:
               f"{s['median_abs_tpot_error']:11.1%}")
 
 
+def _simulate_row(row: dict) -> tuple[float, float, str]:
+    """:func:`simulate_case` of a CSV row (what a worker process is handed: rows pickle, cases need not)."""
+    case = map_row(row)
+    return (math.nan, math.nan, case.skip) if case.skip else simulate_case(case)
+
+
+def _simulate_all(cases: list[RowCase], jobs: int | None) -> list[tuple[float, float, str]]:
+    """Every case simulated, in order: in ``jobs`` processes (``None``: one per CPU core), or here for
+    one. Each row is its own seeded simulation, so the answers do not depend on ``jobs``."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = jobs or os.cpu_count() or 1
+    if jobs < 1:
+        raise ValueError(f"study.jobs must be >= 1, got {jobs}")
+    if jobs == 1 or len(cases) < 2:
+        return [_simulate_row(c.row) for c in cases]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(_simulate_row, [c.row for c in cases], chunksize=4))
+
+
 def run(data: Path, out: Path, study=None) -> dict:
     cases = load_cases(data)
+    results = _simulate_all(cases, getattr(study, "jobs", None))
     rows = []
-    for case in cases:
+    for case, (ttft, tpot, reason) in zip(cases, results, strict=True):
         row = dict(case.row)
         row["set"] = split_of(row)
-        ttft = tpot = math.nan
-        reason = case.skip
-        if not reason:
-            ttft, tpot, reason = simulate_case(case)
         m_ttft, m_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
         row.update(sim_ttft_ms=ttft * 1e3, sim_tpot_ms=tpot * 1e3, ttft_rel_error=_rel(ttft * 1e3, m_ttft),
                    tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason)
