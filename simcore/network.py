@@ -45,7 +45,7 @@ completion times from the returned events (their value is the completion time, s
 from __future__ import annotations
 
 import math
-import numbers
+import weakref
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
 
@@ -53,6 +53,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from simcore.chainset import ChainSet, check_transfer
 from simcore.maxmin import max_min_rates
 from simcore.routing import EcmpRouter
 
@@ -97,12 +98,13 @@ class _Batch:
 
     __slots__ = ("links", "member", "weight", "rem", "rate", "size", "cap", "k", "k0", "owner", "tag")
 
-    def __init__(self, links: np.ndarray, member: np.ndarray, weight: np.ndarray, size: float, cap: float,
-                 owner: _Transfer, tag: Hashable | None):
-        k = len(weight)
-        self.links, self.member, self.weight, self.k, self.k0 = links, member, weight, k, int(weight.sum())
-        self.rem = np.full(k, float(size))
-        self.rate = np.full(k, np.nan)  # unknown until the next solve
+    def __init__(self, entry: tuple, size: float, cap: float, owner: _Transfer, tag: Hashable | None):
+        """``entry`` is a plan entry from :func:`_entries`: its arrays are shared (never written in place),
+        its remaining bytes and unknown rates are copied from templates (cheaper than filling)."""
+        _, self.links, self.member, self.weight, self.k0, rem, unknown = entry
+        self.k = len(self.weight)
+        self.rem = rem.copy()
+        self.rate = unknown.copy()  # unknown (nan) until the next solve
         self.size, self.cap, self.owner, self.tag = float(size), float(cap), owner, tag
 
     def drop(self, finished: np.ndarray) -> bool:
@@ -219,7 +221,7 @@ class FlowNetwork:
         path latency + draining at the max-min fair rate, capped by ``rate_cap_bytes_per_s``.
         ``src == dst`` or ``size_bytes == 0`` completes after 0 s.
         """
-        _check_transfer(size_bytes, rate_cap_bytes_per_s)
+        check_transfer(size_bytes, rate_cap_bytes_per_s)
         done = self.env.event()
         if src == dst or size_bytes == 0:
             self.router.check_node(src)
@@ -227,9 +229,8 @@ class FlowNetwork:
             return done.succeed(self.env.now)
         links, latency = self.router.route(src, dst, flow_key,
                                            self._link_load() if self._adaptive else None)
-        member = np.zeros(len(links), dtype=np.intp)
-        batch = _Batch(links, member, np.ones(1), size_bytes, rate_cap_bytes_per_s, _Transfer(done, 1), tag)
-        self._launch(batch, latency)
+        entry = _entries([(latency, links, np.zeros(len(links), dtype=np.intp), np.ones(1))], size_bytes)[0]
+        self._launch(_Batch(entry, size_bytes, rate_cap_bytes_per_s, _Transfer(done, 1), tag), latency)
         return done
 
     def transfer_group(self, pairs: Sequence[tuple[str, str]], size_bytes: float,
@@ -241,12 +242,12 @@ class FlowNetwork:
         equal one :meth:`transfer` per pair; flows sharing a path latency are simulated as
         one array batch (module docstring).
         """
-        _check_transfer(size_bytes, rate_cap_bytes_per_s)
+        check_transfer(size_bytes, rate_cap_bytes_per_s)
         pairs = tuple(map(tuple, pairs))
         plan = None if self._adaptive else self._plans.get((pairs, flow_key))
         if plan is None:  # a pair is a chain of one leg
             plan = self._plan(tuple((p,) for p in pairs), (flow_key,) * len(pairs), (pairs, flow_key))
-        return self._start(plan, size_bytes, rate_cap_bytes_per_s, tag)
+        return self._start(_entries(plan, size_bytes), size_bytes, rate_cap_bytes_per_s, tag)
 
     def transfer_chains(self, chains: Sequence[Sequence[tuple[str, str]]], size_bytes: float,
                         rate_cap_bytes_per_s: float = math.inf, tag: Hashable | None = None,
@@ -258,23 +259,32 @@ class FlowNetwork:
         chain's ECMP hash, one per chain. The event fires (value: completion time, s) when every
         chain has finished; a chain whose legs all have ``src == dst`` costs nothing.
         """
-        _check_transfer(size_bytes, rate_cap_bytes_per_s)
-        chains = tuple(tuple(map(tuple, c)) for c in chains)
-        keys = (0,) * len(chains) if flow_keys is None else tuple(int(k) for k in flow_keys)
-        if len(keys) != len(chains):
-            raise ValueError(f"transfer_chains: {len(keys)} flow_keys for {len(chains)} chains")
-        plan = None if self._adaptive else self._plans.get((chains, keys))
-        if plan is None:
-            plan = self._plan(chains, keys, (chains, keys))
-        return self._start(plan, size_bytes, rate_cap_bytes_per_s, tag)
+        return self.send(ChainSet(chains, size_bytes, rate_cap_bytes_per_s, flow_keys), tag)
 
-    def _start(self, plan, size_bytes: float, cap: float, tag: Hashable | None) -> simpy.Event:
+    def send(self, chain_set: ChainSet, tag: Hashable | None = None) -> simpy.Event:
+        """:meth:`transfer_chains` of a prepared :class:`~simcore.chainset.ChainSet`: the same plan and
+        flows, without normalizing, checking and hashing its chains again (the network's plan is kept on
+        the chain set the first time; with adaptive routing every send plans anew, as the call does)."""
+        if self._adaptive:
+            plan = self._plan(chain_set.chains, chain_set.keys, None)
+            return self._start(_entries(plan, chain_set.size), chain_set.size, chain_set.cap, tag)
+        entries = chain_set.planned_for(self)
+        if entries is None:
+            key = (chain_set.chains, chain_set.keys)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plan(chain_set.chains, chain_set.keys, key)
+            entries = chain_set.batches = _entries(plan, chain_set.size)
+            chain_set.network = weakref.ref(self)
+        return self._start(entries, chain_set.size, chain_set.cap, tag)
+
+    def _start(self, entries: list[tuple], size_bytes: float, cap: float, tag: Hashable | None) -> simpy.Event:
         done = self.env.event()
-        if size_bytes == 0 or not plan:
+        if size_bytes == 0 or not entries:
             return done.succeed(self.env.now)
-        owner = _Transfer(done, len(plan))
-        for latency, links, member, weight in plan:
-            self._launch(_Batch(links, member, weight, size_bytes, cap, owner, tag), latency)
+        owner = _Transfer(done, len(entries))
+        for entry in entries:
+            self._launch(_Batch(entry, size_bytes, cap, owner, tag), entry[0])
         return done
 
     def _plan(self, chains: tuple, keys: tuple, cache_key: tuple) -> list[tuple[float, np.ndarray, np.ndarray, int]]:
@@ -362,24 +372,14 @@ class FlowNetwork:
             self._bounds = np.zeros(1, dtype=np.intp)
             self._set_load(np.zeros(len(self._links)))
             return
-        sizes = [b.k for b in batches]
-        bounds = np.zeros(len(batches) + 1, dtype=np.intp)
-        np.cumsum(sizes, out=bounds[1:])
-        rem = np.concatenate([b.rem for b in batches])
-        links = np.concatenate([b.links for b in batches])
-        flows = np.concatenate([b.member for b in batches])
-        flows += np.repeat(bounds[:-1], [len(b.links) for b in batches])  # batch-local -> global ids
-        caps = np.repeat([b.cap for b in batches], sizes)
-        guess = np.concatenate([b.rate for b in batches])  # warm start: only changed flows re-solve
-        weight = np.concatenate([b.weight for b in batches])
+        bounds, rem, links, flows, caps, guess, weight, tol = _flatten(batches)
         unit = bool((weight == 1.0).all())
         rate = max_min_rates(flows, links, self._capacity, caps, guess=guess, weight=None if unit else weight)
         for b, lo, hi in zip(batches, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             b.rem, b.rate = rem[lo:hi], rate[lo:hi]
         total = rate if unit else rate * weight
         self._set_load(np.bincount(links, weights=total[flows], minlength=len(self._links)))
-        self._rem, self._rate, self._bounds = rem, rate, bounds
-        self._tol = np.repeat([b.size * _DONE_RTOL for b in batches], sizes)
+        self._rem, self._rate, self._bounds, self._tol = rem, rate, bounds, tol
         self._finish = self.env.now + rem / rate
         self._arm(float(self._finish.min()))
 
@@ -404,7 +404,7 @@ class FlowNetwork:
             return
         which = np.searchsorted(self._bounds, np.flatnonzero(finished), side="right") - 1
         survivors = []
-        hit = set(np.unique(which).tolist())
+        hit = set(which.tolist())
         for j, b in enumerate(self._batches):
             gone = finished[self._bounds[j]:self._bounds[j + 1]] if j in hit else None
             if gone is not None and self._adaptive:
@@ -457,8 +457,30 @@ class FlowNetwork:
         return {self._links[i]: list(series) for i, series in self._timeline.items()}
 
 
-def _check_transfer(size_bytes: float, rate_cap_bytes_per_s: float) -> None:
-    if not (isinstance(size_bytes, numbers.Real) and 0 <= size_bytes < math.inf):
-        raise ValueError(f"transfer size_bytes must be finite and non-negative, got {size_bytes!r}")
-    if not (isinstance(rate_cap_bytes_per_s, numbers.Real) and rate_cap_bytes_per_s > 0):
-        raise ValueError(f"transfer rate_cap_bytes_per_s must be positive, got {rate_cap_bytes_per_s!r}")
+def _flatten(batches: list[_Batch]) -> tuple[np.ndarray, ...]:
+    """The batches' flows as flat arrays for a solve: member bounds, remaining bytes, (flow, link) entries
+    with global flow ids, caps, warm-start rates, weights and done tolerances. Remaining bytes are a new
+    array (the batches then view it, :meth:`FlowNetwork._advance` drains it in place); the others are
+    only read. A lone batch (one collective in flight, the common case) uses its own arrays: the same
+    values the concatenation would copy (its ids need no offset), without ~10 numpy calls."""
+    if len(batches) == 1:
+        b = batches[0]
+        k = b.k
+        return (np.array((0, k), dtype=np.intp), b.rem.copy(), b.links, b.member, np.full(k, b.cap), b.rate,
+                b.weight, np.full(k, b.size * _DONE_RTOL))
+    sizes = [b.k for b in batches]
+    bounds = np.zeros(len(batches) + 1, dtype=np.intp)
+    np.cumsum(sizes, out=bounds[1:])
+    flows = np.concatenate([b.member for b in batches])
+    flows += np.repeat(bounds[:-1], [len(b.links) for b in batches])  # batch-local -> global ids
+    return (bounds, np.concatenate([b.rem for b in batches]), np.concatenate([b.links for b in batches]), flows,
+            np.repeat([b.cap for b in batches], sizes),
+            np.concatenate([b.rate for b in batches]),  # warm start: only changed flows re-solve
+            np.concatenate([b.weight for b in batches]), np.repeat([b.size * _DONE_RTOL for b in batches], sizes))
+
+
+def _entries(plan: list[tuple], size_bytes: float) -> list[tuple]:
+    """Plan entries ``(latency, links, member, weight)`` with what each batch starts from: its flow
+    count, remaining bytes (``size_bytes`` each) and unknown rates (nan), as :class:`_Batch` copies them."""
+    return [(latency, links, member, weight, int(weight.sum()), np.full(len(weight), float(size_bytes)),
+             np.full(len(weight), np.nan)) for latency, links, member, weight in plan]

@@ -367,6 +367,21 @@ def test_weighted_flow_equals_that_many_identical_flows(problem, weights, rnd):
     assert max_min_rates(flows, links, capacity, caps, guess=guess, weight=w) == pytest.approx(weighted, rel=1e-9)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=12),
+       st.lists(st.floats(1e-3, 1e12), min_size=6, max_size=6),
+       st.sampled_from([math.inf, 0.5, 3.0, 1e9, float("nan")]),
+       st.sampled_from([None, 1.0, 2.0, 16.0, 3.7, 0.1]))
+def test_one_flow_fast_path_equals_progressive_filling(links, capacity, cap, weight):
+    """A lone flow (repeated links, caps, weights) skips progressive filling: bit for bit its answer."""
+    links, capacity = np.array(links, dtype=np.intp), np.array(capacity)
+    flows, caps = np.zeros(len(links), dtype=np.intp), np.array([cap])
+    w = None if weight is None else np.array([weight])
+    fast = max_min_rates(flows, links, capacity, caps, weight=w, guess=np.array([np.nan]))
+    slow = maxmin._fill(flows, links, capacity, caps, 1e-9, w)
+    assert fast.tobytes() == slow.tobytes()
+
+
 @st.composite
 def flow_sets(draw):
     gpus = [f"gpu{i}" for i in range(16)]

@@ -46,13 +46,15 @@ from collections import defaultdict
 
 import simpy
 
+from ..chainset import ChainSet
 from .constants import DEFAULT, Fabric, NcclConstants
 from .cost import candidates, make_shape
 from .formulas import PROTO_INDEX, EntryCost, Shape, entry_cost, hierarchical_phases, p2p_bandwidths
 from .patterns import Flow, Leg, Plan, domains, double_binary_trees
 from .pipeline import WIRE_FACTOR, kernel_channels, nccl_link_efficiency
 
-__all__ = ["run_collective", "simulate_collective", "resolve", "double_binary_trees", "collective_channels"]
+__all__ = ["run_collective", "simulate_collective", "resolve", "double_binary_trees", "collective_channels",
+           "compile_collective", "run_compiled"]
 
 
 def resolve(collective: str, shape: Shape, fabric: Fabric, algorithm: str, protocol: str,
@@ -150,26 +152,27 @@ def _pairwise(plan: Plan, S: float, proto: str, cost: EntryCost, c: NcclConstant
             for s in range(1, n)]
 
 
-Group = tuple[tuple[tuple[Leg, ...], ...], tuple[int, ...], float, float]  # chains, keys, bytes, cap
-Program = list[tuple[float, list[Group], float, float]]
+Program = list[tuple[float, list[ChainSet], float, float]]
 
 
 def _compile(network, phases: list[Phase], proto: str) -> Program:
     """Phases as [(wait_s, groups, fill ratio, path_s)]: each wait is the phase latency minus the network's
-    longest path latency ``path_s`` among its flows; equal-size flows of a set share one group; sizes and
-    caps are wire bytes (:data:`~simcore.collectives.pipeline.WIRE_FACTOR`)."""
+    longest path latency ``path_s`` among its flows; equal-size flows of a set share one group (a
+    :class:`~simcore.chainset.ChainSet`, checked once however often the program runs); sizes and caps are
+    wire bytes (:data:`~simcore.collectives.pipeline.WIRE_FACTOR`)."""
     wire = WIRE_FACTOR[proto]
     program: Program = []
     for latency, sets, fill in phases:
         max_path = max((network.path_latency(a, b, key) for flows, _ in sets for legs, _, key in flows
                         for a, b in legs), default=0.0)
-        groups: list[Group] = []
+        groups: list[ChainSet] = []
         for flows, duration in sets:
             by_size: dict[float, list[tuple[tuple[Leg, ...], int]]] = defaultdict(list)
             for legs, size, key in flows:
                 by_size[size].append((legs, key))
-            groups += [(tuple(legs for legs, _ in chains), tuple(key for _, key in chains), size * wire,
-                        size * wire / duration) for size, chains in by_size.items() if size > 0 and duration > 0]
+            groups += [ChainSet(tuple(legs for legs, _ in chains), size * wire, size * wire / duration,
+                                tuple(key for _, key in chains))
+                       for size, chains in by_size.items() if size > 0 and duration > 0]
         program.append((max(latency - max_path, 0.0), groups, fill, max_path))
     return program
 
@@ -182,8 +185,7 @@ def _execute(env: simpy.Environment, network, program: Program, tag):
             yield env.timeout(wait)
         if groups:
             t0 = env.now
-            yield env.all_of([network.transfer_chains(chains, size, cap, tag=tag, flow_keys=keys)
-                              for chains, keys, size, cap in groups])
+            yield env.all_of([network.send(group, tag) for group in groups])
             if fill > 0:  # un-overlapped fill steps, at the rate the phase actually got
                 yield env.timeout(fill * max(env.now - t0 - path, 0.0))
     return env.now - start
@@ -204,6 +206,16 @@ def run_collective(env: simpy.Environment, network, collective: str, size_bytes:
     whose links were never derated gets :func:`~simcore.collectives.pipeline.nccl_link_efficiency` of
     these constants before the first collective (the idle-fabric equality needs it).
     """
+    return run_compiled(env, network, compile_collective(network, collective, size_bytes, ranks, algorithm,
+                                                         protocol, constants, fabric))
+
+
+def compile_collective(network, collective: str, size_bytes: float, ranks: list[str], algorithm: str = "auto",
+                       protocol: str = "auto", constants: NcclConstants = DEFAULT,
+                       fabric: Fabric | None = None) -> tuple[Program, tuple | None, int]:
+    """What :func:`run_collective` runs, for :func:`run_compiled`: a caller that runs the same collective
+    many times keeps it and skips re-hashing the key (the constants and fabric hash field by field).
+    Derates the network's links the first time, as :func:`run_collective` does."""
     if network.link_efficiency is None:
         graph = network.graph
         network.set_link_efficiency(nccl_link_efficiency(graph, constants, fabric or Fabric.from_topology(graph)))
@@ -212,7 +224,12 @@ def run_collective(env: simpy.Environment, network, collective: str, size_bytes:
     if key not in cache:
         cache[key] = _program(network, collective, float(size_bytes), list(ranks), algorithm, protocol,
                               constants, fabric)
-    program, tag, _ = cache[key]
+    return cache[key]
+
+
+def run_compiled(env: simpy.Environment, network, compiled: tuple[Program, tuple | None, int]) -> simpy.events.Process:
+    """Start a :func:`compile_collective` result on ``network`` (the network it was compiled for)."""
+    program, tag, _ = compiled
     return env.process(_execute(env, network, program, tag))
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import simpy
 
-from ..collectives.flows import collective_channels, run_collective
+from ..collectives.flows import collective_channels, compile_collective, run_compiled
 from ..hardware import get_gpu
 from .contention import flow_links
 from .deepep import run_exchange
@@ -126,7 +126,14 @@ class FlowComm:
                      for ranks in self.groups(op.group, stage)]
             yield env.all_of(procs)
             return
-        procs = [run_collective(env, self.network, op.collective, op.size_bytes, ranks, fabric=self.fabric,
-                                **self.kwargs)
-                 for ranks in self.groups(op.group, stage)]
-        yield env.all_of(procs)
+        yield env.all_of([run_compiled(env, self.network, c) for c in self._compiled(op, stage)])
+
+    def _compiled(self, op: Op, stage: int) -> list[tuple]:
+        """What :func:`~simcore.collectives.flows.run_collective` runs on each communicator, kept per
+        (group, stage, collective, size): looking it up again re-hashes the constants and fabric."""
+        key = ("compiled", op.group, stage, op.collective, op.size_bytes)
+        if key not in self._groups:
+            self._groups[key] = [compile_collective(self.network, op.collective, op.size_bytes, ranks,
+                                                    fabric=self.fabric, **self.kwargs)
+                                 for ranks in self.groups(op.group, stage)]
+        return self._groups[key]

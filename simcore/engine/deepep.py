@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from ..chainset import ChainSet
 from ..collectives import DEFAULT
 from ..collectives.constants import Fabric
 from ..collectives.flows import _execute
@@ -218,8 +219,8 @@ def _program(network, ex: Exchange):
                 max_path = max(max_path, max(network.path_latency(u, v, key) for u, v in legs))
     groups = []
     if ex.bandwidth_s > 0:
-        groups = [(tuple(chains), tuple(keys), size, size / ex.bandwidth_s)
-                  for size, (chains, keys) in by_size.items() if size > 0]
+        groups = [ChainSet(chains, size, size / ex.bandwidth_s, keys) for size, (chains, keys) in by_size.items()
+                  if size > 0]
     if not groups:
         max_path = 0.0
     program = [(max(ex.fixed_s - max_path, 0.0), groups, 0.0, max_path)]

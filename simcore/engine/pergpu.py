@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..collectives.flows import collective_channels, run_collective
+from ..collectives.flows import collective_channels, compile_collective, run_compiled
 from ..hardware import get_gpu
 from .alltoallv import run_alltoallv
 from .contention import all_groups, contention_flags, direct_kinds
@@ -74,6 +74,12 @@ class LaneComm:
         self._queued = False  # arrivals queued since the last grant pass
         self._takers_cache: dict[tuple[int, ...], frozenset] = {}
         self._costs: dict[tuple, float | None] = {}
+        # memos of what every repeat of an op recomputes identically (a decode step repeats its ops)
+        self._sms: dict[tuple, int] = {}
+        self._group_costs: dict[tuple, tuple] = {}
+        self._held: dict[tuple, dict[int, float]] = {}
+        self._pairs: dict[tuple, tuple[np.ndarray | None, bool]] = {}
+        self._compiled: dict[tuple, tuple] = {}
         self._exchanges: dict[tuple, Exchange | None] = {}
         # (lane, kind) whose every communicator has no other participating lane
         self._solo = {key: all(self.participants[g] == {key[0]} for g in gids)
@@ -86,14 +92,19 @@ class LaneComm:
         self.analytic_log: list[tuple[list[str], str, float, float, float]] = []  # for link counters
 
     def kernel_sms_of(self, gid: int, op) -> int:
-        """SMs the op's NCCL kernel holds on each GPU of the group while it runs (one per channel)."""
+        """SMs the op's NCCL kernel holds on each GPU of the group while it runs (one per channel).
+        Memoized on every op field it reads (asked at every launch; the channel lookup hashes the
+        constants and fabric field by field)."""
         if op.size_bytes <= 0:
             return 0
-        ex = self._deepep(gid, op, 0)
-        if ex is not None:  # DeepEP's kernels hold their own SMs
-            return ex.sms
-        return collective_channels(self.network, op.collective, op.size_bytes, self.groups[gid][1],
-                                   fabric=self.ctx.cluster.fabric, **self.kwargs)
+        key = (gid, op.name, op.layer, op.collective, op.size_bytes, op.algorithm)
+        sms = self._sms.get(key)
+        if sms is None:
+            ex = self._deepep(gid, op, 0)
+            sms = self._sms[key] = ex.sms if ex is not None else collective_channels(  # DeepEP: its own SMs
+                self.network, op.collective, op.size_bytes, self.groups[gid][1], fabric=self.ctx.cluster.fabric,
+                **self.kwargs)
+        return sms
 
     # ----- rendezvous -------------------------------------------------------------------------
     def run(self, env: simpy.Environment, lane: int, op, microbatch: int, step: int):
@@ -148,7 +159,7 @@ class LaneComm:
                 waiting.append(item)
                 continue
             self._busy |= gpus
-            costs = [self._idle_cost(g, op, step) for g in gids]
+            costs = self._idle_costs(gids, op, step)
             if len(gids) == 1 and costs[0] is not None:
                 batch = batches.setdefault((prio, op.name, op.layer, costs[0]), ([], op, step, [], []))
                 batch[0].append(gids[0])
@@ -164,10 +175,7 @@ class LaneComm:
         """Run collectives ``gids`` of ``op``: as flows where the cost is None, else that idle cost."""
         # a lane standing for several GPUs holds, per GPU, the SMs of the collectives its GPUs run
         sms = self.kernel_sms_of(gids[0], op) if self.executor is not None and self.num_sms else 0
-        held: dict[int, float] = {}
-        for gid in gids if sms else ():
-            for lane, share in self.sm_share[gid].items():
-                held[lane] = held.get(lane, 0.0) + sms * share
+        held = self._held_sms(gids, sms)
         start = self.env.now
         for lane, n in held.items():
             self.executor._hold_sms(lane, n)
@@ -187,6 +195,17 @@ class LaneComm:
         for done in dones:
             done.succeed(start)
         self._release_late(self._takers_of(tuple(gids)))
+
+    def _held_sms(self, gids: list[int], sms: int) -> dict[int, float]:
+        """Per lane, the SMs ``gids``' kernels hold (``sms`` per GPU taking part); memoized, same sums."""
+        key = (tuple(gids), sms)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = {}
+            for gid in gids if sms else ():
+                for lane, share in self.sm_share[gid].items():
+                    held[lane] = held.get(lane, 0.0) + sms * share
+        return held
 
     def _release_late(self, gpus: frozenset) -> None:
         """Free the GPUs' streams after every other event of this instant (all collectives that end
@@ -208,12 +227,36 @@ class LaneComm:
         self._dispatch()
 
     def _a2a_pairs(self, gid: int, op, step: int) -> np.ndarray | None:
-        kind = self.groups[gid][0]
-        return self._pair_bytes(gid, op, step) if kind == "ep" and op.collective == "all_to_all" else None
+        return self._pairs_of(gid, op, step)[0]
+
+    def _skewed(self, gid: int, op, step: int) -> bool:
+        """Whether this EP all-to-all's pairs move different byte counts (an all-to-all-v)."""
+        return self._pairs_of(gid, op, step)[1]
+
+    def _pairs_of(self, gid: int, op, step: int) -> tuple[np.ndarray | None, bool]:
+        """``(pair bytes or None, skewed)``, memoized: the pairs depend on the op and the draw of its layer
+        and step only (the same for every EP communicator); read-only to callers."""
+        if self.groups[gid][0] != "ep" or op.collective != "all_to_all":
+            return None, False
+        key = (op.name, op.layer, step if self.work is not None and self.work.step_dependent else 0)
+        out = self._pairs.get(key)
+        if out is None:
+            pairs = self._pair_bytes(gid, op, step)
+            out = self._pairs[key] = (pairs, pairs is not None and not np.all(pairs == pairs.flat[0]))
+        return out
 
     def _size(self, gid: int, op, step: int) -> float:
         pairs = self._a2a_pairs(gid, op, step)
         return op.size_bytes if pairs is None else float(pairs.max()) * len(self.groups[gid][1])
+
+    def _idle_costs(self, gids: tuple[int, ...], op, step: int) -> tuple[float | None, ...]:
+        """:meth:`_idle_cost` of each of ``gids``, memoized as a whole (an EP op launches dozens at once)."""
+        key = (gids, op.name, op.layer, op.size_bytes, op.duration_s,
+               step if self.work is not None and self.work.step_dependent else 0)
+        costs = self._group_costs.get(key)
+        if costs is None:
+            costs = self._group_costs[key] = tuple(self._idle_cost(g, op, step) for g in gids)
+        return costs
 
     def _idle_cost(self, gid: int, op, step: int) -> float | None:
         """The idle-fabric cost of this collective, or None when it must run as flows (it contends,
@@ -230,8 +273,7 @@ class LaneComm:
         if ex is not None:  # DeepEP's kernels: their time for this draw, or as flows where they contend
             return None if not self.analytic_only and self.contended[gid] else ex.time_s
         pairs = self._a2a_pairs(gid, op, step)
-        if not self.analytic_only and (self.contended[gid]
-                                       or (pairs is not None and not np.all(pairs == pairs.flat[0]))):
+        if not self.analytic_only and (self.contended[gid] or self._skewed(gid, op, step)):
             return None
         # contention off prices every collective as the lowering does (the proxy's check)
         shape = self.packed[kind] if self.analytic_only else self.shapes[gid]
@@ -243,16 +285,21 @@ class LaneComm:
 
     def _flows(self, gid: int, op, step: int):
         ranks = self.groups[gid][1]
-        pairs = self._a2a_pairs(gid, op, step)
         self.flows_run += 1
         ex = self._deepep(gid, op, step)
         if ex is not None:
             yield self.env.process(run_exchange(self.env, self.network, ex, self.ctx.collective_constants,
                                                 self.ctx.cluster.fabric))
-        elif pairs is not None and not np.all(pairs == pairs.flat[0]):
-            yield self.env.process(run_alltoallv(self.env, self.network, self.ctx, ranks, pairs))
-        else:
-            yield run_collective(self.env, self.network, op.collective, op.size_bytes, ranks, **self.kwargs)
+        elif self._skewed(gid, op, step):
+            yield self.env.process(run_alltoallv(self.env, self.network, self.ctx, ranks,
+                                                 self._a2a_pairs(gid, op, step)))
+        else:  # run_collective, its compiled program kept per communicator, collective and size
+            key = (gid, op.collective, op.size_bytes)
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = self._compiled[key] = compile_collective(self.network, op.collective, op.size_bytes,
+                                                                    ranks, **self.kwargs)
+            yield run_compiled(self.env, self.network, compiled)
 
     def _deepep(self, gid: int, op, step: int) -> Exchange | None:
         """The EP op as DeepEP's kernels on this draw (None unless the lowering priced it so).
