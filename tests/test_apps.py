@@ -172,6 +172,13 @@ def test_a_value_of_the_wrong_type_exits_2_naming_the_key(tmp_path, name):
     assert proc.returncode == 2 and key in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("jobs", ["0", "-2"])
+def test_serving_study_jobs_below_one_is_one_line_exit_2(tmp_path, jobs):
+    proc = app("validate", "study=serving", f"study.jobs={jobs}", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and "study.jobs" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 def _group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
 

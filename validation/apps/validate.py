@@ -125,6 +125,9 @@ def run(cfg: DictConfig) -> dict:
         raise UserError(f"data: no such file {data}")
     if cfg.study.engine not in ("analytic", "flow"):
         raise UserError(f"study.engine: {cfg.study.engine!r} is not one of analytic, flow")
+    jobs = cfg.study.get("jobs")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UserError(f"study.jobs: must be a positive number of processes or null, got {jobs!r}")
     out = run_dir()
     if data is not None:
         summary = func(data, out, cfg.study)

@@ -129,7 +129,7 @@ def _simulate_all(cases: list[RowCase], jobs: int | None) -> list[tuple[float, f
     import os
     from concurrent.futures import ProcessPoolExecutor
 
-    jobs = jobs or os.cpu_count() or 1
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"study.jobs must be >= 1, got {jobs}")
     if jobs == 1 or len(cases) < 2:
