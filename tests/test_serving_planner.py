@@ -218,3 +218,12 @@ def test_search_writes_outputs_and_sim_replays_the_plan(tmp_path):
     replay = json.loads((tmp_path / "sim" / "result.json").read_text())["result"]["metrics"]
     assert replay["output_tokens_per_s_per_gpu"] == pytest.approx(summary["best"]["tokens_per_s_per_gpu"], rel=1e-9)
     assert Path(out / "pareto.png").stat().st_size > 1000
+    # the journal of that run replays it: +resume answers every plan from it and gives the same answer
+    assert (out / "serving_sims.pkl").is_file()
+    again = _app("search", *common, "planner=random", "serving.search.budget=6", "serving.search.loads=[0.5,1]",
+                 f"hydra.run.dir={tmp_path / 'other'}", f"+resume={out}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    resumed = json.loads((out / "summary.json").read_text())
+    assert resumed["best"] == summary["best"] and resumed["sim_wall_s"] == 0.0  # nothing simulated again
+    changed = _app("search", *common, "planner=random", "serving.search.budget=7", f"+resume={out}", cwd=tmp_path)
+    assert changed.returncode == 2 and "serving.search.budget" in changed.stderr

@@ -57,13 +57,19 @@ def test_disaggregated_row_without_worker_counts_is_skipped():
 
 @pytest.mark.parametrize(("model", "tp", "moe_tp", "moe_ep"), [("deepseek-ai/DeepSeek-V3", 64, 8, 8),
                                                               ("openai/gpt-oss-120b", 16, 4, 4)])
-def test_a_tp_degree_that_is_the_expert_degrees_product_beyond_a_node_is_skipped(model, tp, moe_tp, moe_ep):
+def test_a_tp_degree_that_is_the_product_of_equal_expert_degrees_is_the_launch_tp_t_ep_t(model, tp, moe_tp, moe_ep):
     row = _row(model_path=model, backend="trtllm", tp_size=tp, attention_dp_size=1, moe_tp_size=moe_tp,
                moe_ep_size=moe_ep)
-    assert map_row(row).skip.startswith(f"layout: tp_size {tp} spans")
-    row.update(tp_size="8", moe_tp_size="1", moe_ep_size="8")  # one node's tp8 ep8 maps
-    case = map_row(row)
-    assert not case.skip and case.plan.gpus == 8
+    case = map_row(row)  # InferenceX's `--tp T --ep T` on T GPUs (mapping module doc)
+    assert not case.skip and case.plan.gpus == moe_ep and case.plan.pool.strategy.tp == moe_ep
+    row.update(tp_size=str(moe_ep), moe_tp_size="1")  # the same deployment written plainly maps the same
+    assert map_row(row).plan == case.plan
+
+
+def test_a_tp_degree_that_is_a_product_of_unequal_expert_degrees_is_skipped():
+    row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", tp_size=32, attention_dp_size=1,
+               moe_tp_size=4, moe_ep_size=8)
+    assert map_row(row).skip.startswith("layout: tp_size 32 spans")
 
 
 def test_the_harness_draws_lengths_as_the_measuring_client_did():
@@ -133,3 +139,21 @@ def test_four_bit_experts_on_hopper_run_weight_only_in_bf16():
     assert (case.ctx.workload.precision, case.ctx.workload.expert_weight_bytes) == ("bf16", 0.5)
     assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision="fp4",
                         tp_size=1)).skip.startswith("precision: fp4 weights on a dense model")
+
+
+def test_the_harness_launch_flags_apply_to_its_own_lengths_only():
+    from validation.studies.serving import simulate_case
+    from validation.studies.serving.launch import launch_flags
+
+    row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="sglang", tp_size=8, attention_dp_size=1,
+               moe_tp_size=8, moe_ep_size=1, isl=8192, osl=1024, batch_size=4,
+               silicon_data_source="x; silicon_concurrency=4")
+    case = map_row(row)
+    assert case.launch == launch_flags("sglang", case.model, 8192, 1024, 4)
+    assert case.launch["max_num_batched_tokens"] == 32768  # dsr1_fp8_h200.sh --chunked-prefill-size
+    assert launch_flags("trtllm", "deepseek-r1", 8192, 1024, 64)["max_num_batched_tokens"] == 8192 + 64 + 64
+    assert launch_flags("sglang", "deepseek-v3", 8000, 1000, 4) == {}  # not one of the harness's runs
+    # the flags change the simulation: the same row on the profile's defaults differs
+    plain = map_row(row)
+    plain.launch = {}
+    assert simulate_case(case)[0] != simulate_case(plain)[0]

@@ -34,6 +34,8 @@ from simcore.apps.common import atomic_write_text
 __all__ = ["main"]
 
 SOURCE = "validation/measure_h100.py (measured by this project on a lent H100 80GB HBM3 SXM)"
+#: device names as torch reports them -> the catalog GPU the rows are for
+HARDWARE = {"H200": "h200", "H100": "h100-sxm"}
 FIELDS = ["source_url", "kernel", "shape_or_size", "dtype", "metric", "value", "unit", "note"]
 #: (n, k) of projections: Llama-3-70B QKV/out/FFN at TP 1, 2, 8; Llama-3-8B; DeepSeek-V3 expert and MLA.
 NK = [(10240, 8192), (8192, 8192), (57344, 8192), (8192, 28672), (5120, 8192), (8192, 4096),
@@ -65,6 +67,19 @@ def _time_s(torch, fn, repeats: int, min_window_s: float = 0.02) -> float:
         end.synchronize()
         samples.append(start.elapsed_time(end) * 1e-3 / launches)
     return statistics.median(samples)
+
+
+def source(script: str, device_name: str) -> str:
+    """The rows' source: this script on the lent device it ran on."""
+    return f"validation/{script}.py (measured by this project on a lent {device_name})"
+
+
+def hardware_of(device_name: str) -> str:
+    """Catalog GPU for a torch device name ("NVIDIA H200" -> "h200"); a one-line error for others."""
+    for key, name in HARDWARE.items():
+        if key in device_name:
+            return name
+    raise SystemExit(f"error: device {device_name!r} is not a catalog GPU ({', '.join(HARDWARE)})")
 
 
 def _row(kernel: str, shape: str, dtype: str, seconds: float, note: str) -> dict[str, str]:
@@ -156,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                  _gemms(torch, M_QUICK if args.quick else M_FULL, args.repeats, note),
                  _attention(torch, args.quick, args.repeats, note)):
         for row in part:
+            row["source_url"] = source("measure_h100", props.name)
             rows.append(row)
             print(f"{row['kernel']:<58} {row['shape_or_size']:<40} {row['dtype']:<9} {row['value']:>12} us",
                   flush=True)

@@ -185,7 +185,8 @@ def _main(cfg: DictConfig) -> float:
         summary = run(cfg)
     except SearchInterrupted as exc:
         where = exc.run_dir or "the run dir"
-        print(f"interrupted: {exc.chunks_done} chunk(s) saved in {where}; continue with +resume={where}",
+        unit = getattr(exc, "unit", "chunk(s)")
+        print(f"interrupted: {exc.chunks_done} {unit} saved in {where}; continue with +resume={where}",
               file=sys.stderr)
         sys.exit(128 + int(getattr(exc, "signal", None) or 2))
     value = summary["tokens_per_s_per_gpu"] if is_serving(cfg) else summary["proxy_tokens_per_s_per_gpu"]

@@ -11,7 +11,10 @@ best plans of each mode at every load of ``serving.search.loads``, and writes in
   tokens/s/user across loads (every simulated plan at the configured load; the ``pareto_plans`` best
   of each mode and up to twice that many of the configured load's front at every other load), front
   marked; ``best_per_slo.csv``: the best plan per TPOT target;
-- ``launch_vllm.sh``, ``launch_sglang.sh``, ``launch_trtllm.sh`` (+ ``trtllm_*.yaml``).
+- ``launch_vllm.sh``, ``launch_sglang.sh``, ``launch_trtllm.sh`` (+ ``trtllm_*.yaml``);
+- ``serving_sims.pkl``: the journal of every simulation, appended as each ends
+  (:mod:`planner.serving.journal`). SIGINT / SIGTERM stop the search between two simulations;
+  ``+resume=RUN_DIR`` replays the journal and finishes the run, with the outputs of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,10 @@ from simcore.export.serving import SERVING_TARGETS, serving_launch
 from simcore.serving import get_runtime
 
 from ..apps.outputs import write_metrics
+from ..checkpoint import StopRequest
+from ..runner import SearchInterrupted
 from .evaluator import ServingEvaluator
+from .journal import SimJournal
 from .methods import METHODS, method_config, run_method
 from .pareto import (
     POINT_COLUMNS,
@@ -47,10 +53,11 @@ from .space import ServingSpace
 __all__ = ["run_serving_search", "search_plans"]
 
 
-def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=None, stop=None
+def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=None, stop=None, journal=None
                  ) -> tuple[ServingEvaluator, dict]:
     """Run ``method`` on the space ``search`` (a ``serving.search`` node) describes; returns the
-    evaluator (every simulated plan) and what the method reports."""
+    evaluator (every simulated plan) and what the method reports. ``journal`` keeps (and, resumed,
+    replays) the simulations."""
     if method not in METHODS:
         raise UserError(f"planner.name: {method!r} is not a serving method; choose one of {', '.join(METHODS)}")
     if int(search.budget) < 1:
@@ -60,7 +67,7 @@ def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=Non
     space = ServingSpace(ctx, runtime, max_len=longest, tp=search.tp, ep=search.ep, pp=tuple(search.pp),
                          max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes))
     ev = ServingEvaluator(ctx, space, scfg, int(search.budget), graph=graph, runtime=runtime,
-                          max_proposals=int(search.max_proposals) * int(search.budget))
+                          max_proposals=int(search.max_proposals) * int(search.budget), journal=journal)
     info = run_method(method, ev, method_config(pcfg), seed, stop=stop, exact_limit=int(search.exact_limit))
     return ev, info
 
@@ -104,8 +111,21 @@ def run_serving_search(cfg) -> dict:
     scfg = build_serving_config(s)
     ctx = build_serving_context(cfg)
     graph = build_graph(cfg.topology, cfg.hardware) if s.network else None
-    method, seed, con, out = str(cfg.planner.name), int(cfg.seed), console(), run_dir()
-    ev, info = search_plans(ctx, scfg, search, method, seed, graph=graph, pcfg=cfg.planner)
+    method, seed, con = str(cfg.planner.name), int(cfg.seed), console()
+    resume_dir = cfg.get("resume")
+    out = Path(resume_dir) if resume_dir else run_dir()
+    config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
+    journal = SimJournal(out, config, resume=bool(resume_dir))
+    try:
+        with StopRequest() as stop:
+            ev, info = search_plans(ctx, scfg, search, method, seed, graph=graph, pcfg=cfg.planner, stop=stop,
+                                    journal=journal)
+            if stop() and not ev.done:  # stopped before the budget was spent: the journal holds the rest
+                exc = SearchInterrupted(ev.sims, out)
+                exc.signal, exc.unit = stop.signal, "simulation(s)"
+                raise exc
+    finally:
+        journal.close()
     search_s = time.perf_counter() - started
     ranked = [r for r in ev.ranked() if r.feasible]
     best = next((r for r in ranked if r.meets), None)

@@ -73,7 +73,7 @@ class ServingEvaluator:
     """Memoized :func:`simulate_serving` behind ``budget`` simulations (see the module docstring)."""
 
     def __init__(self, ctx, space: ServingSpace, cfg: ServingConfig, budget: int, graph=None, runtime=None,
-                 max_proposals: int | None = None) -> None:
+                 max_proposals: int | None = None, journal=None) -> None:
         if budget < 1:
             raise ValueError(f"serving.search.budget must be >= 1, got {budget}")
         self.ctx, self.actions, self.cfg, self.graph, self.runtime = ctx, space, cfg, graph, runtime
@@ -86,6 +86,7 @@ class ServingEvaluator:
         self.records: dict[tuple[int, ...], Record] = {}
         self.order: list[tuple[int, ...]] = []  # every proposal's key, in order
         self.listener = None
+        self.journal = journal  # a planner.serving.journal.SimJournal: simulations kept and replayed
 
     # ----- budget ----------------------------------------------------------------------------------
     @property
@@ -134,9 +135,13 @@ class ServingEvaluator:
     # ----- evaluating ---------------------------------------------------------------------------------
     def _simulate(self, key: tuple[int, ...]) -> Record:
         plan = self.actions.plan(key)
-        started = time.perf_counter()
-        result = simulate_serving(self.ctx, plan, self.cfg, graph=self.graph, runtime=self.runtime)
-        self.sim_wall_s += time.perf_counter() - started
+        result = self.journal.get(key) if self.journal is not None else None
+        if result is None:  # not replayed from a resumed journal: simulate (and journal it)
+            started = time.perf_counter()
+            result = simulate_serving(self.ctx, plan, self.cfg, graph=self.graph, runtime=self.runtime)
+            self.sim_wall_s += time.perf_counter() - started
+            if self.journal is not None:
+                self.journal.add(key, result)
         m = result.metrics
         if result.feasible:
             over = slo_miss(m.ttft_s["mean"], m.tpot_s["mean"], self.cfg.ttft_slo_s, self.cfg.tpot_slo_s)

@@ -28,7 +28,8 @@ class StudyConfig:
     Collectives only: ``harness`` that measured the rows (``auto`` reads it from each row's setting
     and note; ``nccl-tests``, ``xla``, ``torch`` force one). Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``.
     Serving only: ``jobs``, worker processes over its rows (``null`` = one per CPU core; the results do not
-    depend on it: every row is its own seeded simulation)."""
+    depend on it: every row is its own seeded simulation). Kernels only: ``gpu``, the catalog GPU the
+    rows were timed on (the kernels schema has no hardware column)."""
 
     name: str = "collectives"
     data: str | None = None
@@ -38,6 +39,7 @@ class StudyConfig:
     scenarios: list[str] | None = None
     quick: bool = False
     jobs: int | None = None
+    gpu: str = "h100-sxm"
 
 
 @dataclass
@@ -59,9 +61,13 @@ def _collectives(data: Path, out: Path, study) -> dict:
 
 
 def _kernels(data: Path, out: Path, study) -> dict:
+    from simcore.hardware import GPUS
     from validation.studies import kernels
 
-    return kernels.run(data, out)
+    gpu = study.gpu
+    if gpu not in GPUS:
+        raise UserError(f"study.gpu: unknown GPU {gpu!r} (known: {', '.join(sorted(GPUS))})")
+    return kernels.run(data, out, gpu=gpu)
 
 
 def _inference(data: Path, out: Path, study) -> dict:

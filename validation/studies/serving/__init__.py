@@ -88,7 +88,8 @@ def serving_config(case: RowCase) -> ServingConfig:
 def simulate_case(case: RowCase, runtime=None) -> tuple[float, float, str]:
     """Simulated mean (TTFT, TPOT) in seconds, or nan and why not."""
     cfg = serving_config(case)
-    result = simulate_serving(case.ctx, case.plan, cfg, runtime=runtime or get_runtime(case.runtime))
+    runtime = (runtime or get_runtime(case.runtime)).with_overrides(**case.launch)  # the harness's flags
+    result = simulate_serving(case.ctx, case.plan, cfg, runtime=runtime)
     if not result.feasible:
         return math.nan, math.nan, result.reason
     return result.metrics.ttft_s["mean"], result.metrics.tpot_s["mean"], ""

@@ -22,19 +22,26 @@ The mapping, column by column:
   row with a blank ``attention_dp_size`` whose expert GPUs are a multiple k of ``tp_size``: vLLM's MoE
   layers run over all data-parallel x tensor-parallel ranks (its ``FusedMoEParallelConfig``), so the row
   is ``--data-parallel-size k`` (Qwen3-235B-FP8 at tp1 moe_tp2 cannot fit one H200 otherwise). A row
-  whose ``tp_size`` exceeds one node's 8 GPUs and equals ``moe_tp_size x moe_ep_size`` (both > 1; e.g.
-  tp 64 = 8 x 8 for DeepSeek on TensorRT-LLM) records a product as its TP degree and is skipped: taken
-  at its word it is a 64-GPU tensor-parallel group, a different deployment from the one measured.
+  whose ``tp_size`` exceeds one node's 8 GPUs and equals ``moe_tp_size x moe_ep_size`` with both equal
+  (tp 64 = 8 x 8: DeepSeek-R1/V3 on TensorRT-LLM, Qwen3.5 on SGLang; tp 16 = 4 x 4: gpt-oss on
+  TensorRT-LLM) records the product of the launch's two flags as its TP degree: InferenceX's single-node
+  configs launch these as ``{tp: 8, ep: 8}`` / ``{tp: 4, ep: 4}`` (``.github/configs/nvidia-master.yaml``,
+  entries ``dsr1-fp8-h200-trt``, ``qwen3.5-fp8-h200-sglang``, ``gptoss-fp4-h200-trt``), i.e.
+  ``trtllm-serve --tp_size T --ep_size T`` / ``sglang --tp T --expert-parallel-size T`` on T GPUs:
+  attention TP T, experts EP T (MoE TP = tp / ep = 1). Such a row is mapped to that deployment; one
+  whose two expert degrees differ stays skipped (its launch is not known).
 - ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker
   (TensorRT-LLM's and vLLM's are per attention-DP rank, each vLLM DP rank being its own engine with its
   own scheduler: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
 - ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
+- The measuring harness's launch flags, where its scripts set them (:mod:`.launch`) -> ``launch``:
+  runtime-profile fields the row is simulated with.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
@@ -42,6 +49,8 @@ from simcore.models import ModelConfigError, get_model, preset_for
 from simcore.serving import Pool, ServingPlan
 from simcore.strategy import megatron_strategy
 from simcore.workload import Workload
+
+from .launch import launch_flags
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
 
@@ -63,6 +72,7 @@ class RowCase:
     isl: int = 0
     osl: int = 0
     runtime: str = ""
+    launch: dict = field(default_factory=dict)
 
 
 def model_preset(model_path: str) -> str | None | ModelConfigError:
@@ -107,12 +117,14 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
     if moe and vllm and not (row.get(f"{prefix}attention_dp_size") or "").strip() \
             and moe_tp * moe_ep > tp and (moe_tp * moe_ep) % tp == 0:
         dp = moe_tp * moe_ep // tp  # vLLM's MoE layers span all data-parallel x tensor-parallel ranks
+    if tp > NODE_GPUS and moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep:
+        tp, moe_tp = moe_ep, 1  # `--tp T --ep T` recorded as tp T x T (module doc)
     if moe and tp * dp != moe_tp * moe_ep:
         return f"layout: attention on tp{tp} x dp{dp} GPUs but experts on moe_tp{moe_tp} x moe_ep{moe_ep}"
     if tp > NODE_GPUS and moe_tp > 1 and moe_ep > 1:
         return (f"layout: tp_size {tp} spans {tp // NODE_GPUS} {NODE_GPUS}-GPU nodes and equals moe_tp {moe_tp} x "
-                f"moe_ep {moe_ep}: a product of the expert degrees recorded as the TP degree (no runtime runs "
-                f"tensor parallelism of {tp} for one node's benchmark); the row's GPU count is unknown")
+                f"moe_ep {moe_ep} (unequal): a product of the expert degrees recorded as the TP degree, whose "
+                f"launch is not known")
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
     if row.get("backend", "").strip() == "trtllm" or vllm:
@@ -177,5 +189,6 @@ def map_row(row: dict) -> RowCase:
         else ServingPlan.disaggregated(*pools)
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
+    case.launch = launch_flags(row.get("backend", "").strip(), preset, case.isl, case.osl, case.concurrency)
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
     return case

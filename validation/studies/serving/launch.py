@@ -1,0 +1,59 @@
+"""The server flags the measuring harness launched each runtime with, where its scripts say.
+
+The sample's rows at InferenceX's sequence lengths (ISL and OSL each 1024 or 8192: its ``1k1k``,
+``1k8k`` and ``8k1k`` configs) come from SemiAnalysis InferenceX's nightly runs, which launch every
+runtime with flags of their own rather than the runtime's defaults. Where a flag changes what the
+simulator's runtime profile models, the row is simulated with it; each entry names the script, under
+``benchmarks/single_node/`` of ``github.com/SemiAnalysisAI/InferenceX``, that sets it:
+
+- SGLang, DeepSeek-R1/V3 (``dsr1_fp8_h200.sh``): ``--chunked-prefill-size 32768``
+  (``max_num_batched_tokens``), ``--cuda-graph-max-bs`` 512 at 1k/1k and 256 otherwise
+  (``graph_max_tokens``), ``--mem-fraction-static 0.82``.
+- TensorRT-LLM, DeepSeek-R1/V3 (``dsr1_fp8_h200_trt.sh``): ``max_num_tokens`` = max(8192, CONC + ISL + 64
+  rounded up to 64), ``cuda_graph_config.max_batch_size: 128``, ``free_gpu_memory_fraction: 0.75``.
+- vLLM, gpt-oss-120b (``gptoss_fp4_h200.sh``): ``--max-num-batched-tokens 8192``,
+  ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``.
+- TensorRT-LLM, gpt-oss-120b (``gptoss_fp4_h200_trt.sh``): ``--max_num_tokens 20000``,
+  ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch).
+- SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
+  ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency).
+- vLLM, Kimi-K2.5 and MiniMax-M2.5 (``kimik2.5_int4_h200.sh``, ``minimaxm2.5_fp8_h200.sh``):
+  ``--gpu-memory-utilization 0.95``; the token budget is vLLM's default (a later MiniMax script raises
+  it with the concurrency; which copy ran a row is not recorded, so the default stays).
+
+Rows at other lengths (aiconfigurator's own sweeps: ISL 1000-8000, OSL 100-2000) keep the profiles'
+defaults. These are launch settings read from the harness, not fitted values.
+"""
+
+from __future__ import annotations
+
+__all__ = ["launch_flags", "HARNESS_LENGTHS"]
+
+#: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
+HARNESS_LENGTHS = (1024, 8192)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int) -> dict:
+    """Runtime-profile fields the harness's launch sets for this row (empty: the profile's defaults)."""
+    if isl not in HARNESS_LENGTHS or osl not in HARNESS_LENGTHS:
+        return {}
+    deepseek = preset.startswith("deepseek-")
+    if backend == "sglang" and deepseek:
+        return {"max_num_batched_tokens": 32768, "graph_max_tokens": 512 if (isl, osl) == (1024, 1024) else 256,
+                "mem_fraction": 0.82}
+    if backend == "trtllm" and deepseek:
+        return {"max_num_batched_tokens": max(8192, _round_up(concurrency + isl + 64, 64)), "graph_max_tokens": 128,
+                "mem_fraction": 0.75}
+    if backend == "vllm" and preset.startswith("gpt-oss"):
+        return {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
+    if backend == "trtllm" and preset.startswith("gpt-oss"):
+        return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85}
+    if backend == "sglang" and preset.startswith("qwen3.5"):
+        return {"max_num_batched_tokens": 16384, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.80}
+    if backend == "vllm" and preset.startswith(("kimi", "minimax")):
+        return {"mem_fraction": 0.95}
+    return {}
