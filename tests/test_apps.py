@@ -172,6 +172,14 @@ def test_a_value_of_the_wrong_type_exits_2_naming_the_key(tmp_path, name):
     assert proc.returncode == 2 and key in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("name", ["search", "sim", "validate", "report"])
+def test_an_appended_unknown_key_exits_2_naming_it(tmp_path, name):
+    key = {"search": "workload.fabric", "sim": "topology.fabric", "validate": "study.bogus", "report": "bogus"}[name]
+    proc = app(name, f"+{key}=1", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and f"{key}: unknown setting" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("jobs", ["0", "-2"])
 def test_serving_study_jobs_below_one_is_one_line_exit_2(tmp_path, jobs):
     proc = app("validate", "study=serving", f"study.jobs={jobs}", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
@@ -188,10 +196,17 @@ def test_every_option_of_every_group_composes(group):
     from planner.config import register
 
     register()
+    from planner.config import SearchAppConfig
+    from simcore.apps.common import check_known_keys
+    from simcore.apps.sim import SimAppConfig
+
     with initialize_config_module(config_module="conf", version_base=None):
         for option in _group_options(group):
             cfg = compose(config_name="search", overrides=[f"{group}={option}"])
             assert cfg[group if group != "experiment" else "scenario"] is not None
+            check_known_keys(cfg, SearchAppConfig)  # every shipped option sets only known keys
+            if group != "planner":  # shard-sim has no planner group
+                check_known_keys(compose(config_name="sim", overrides=[f"{group}={option}"]), SimAppConfig)
 
 
 def test_scenarios_are_the_benchmark_set():

@@ -23,7 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from planner.apps.outputs import plot_curve, rerank_table, write_candidates, write_metrics
 from planner.checkpoint import StopRequest
-from planner.config import check_planner, register
+from planner.config import SearchAppConfig, check_planner, register
 from planner.exact import exact_optimum
 from planner.megatron import megatron_search, strategy_from_key
 from planner.rerank import make_reranker, rerank_search
@@ -31,6 +31,7 @@ from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_plann
 from simcore.apps.common import (
     atomic_write_json,
     atomic_write_text,
+    check_known_keys,
     cli_errors,
     config_errors_exit_2,
     console,
@@ -181,6 +182,7 @@ register()
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="search")
 @cli_errors
 def _main(cfg: DictConfig) -> float:
+    check_known_keys(cfg, SearchAppConfig, extra=("resume",))
     try:
         summary = run(cfg)
     except SearchInterrupted as exc:

@@ -11,7 +11,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["cli_errors", "atomic_write_text", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console"]
+__all__ = ["cli_errors", "atomic_write_text", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
+           "check_known_keys"]
 
 
 def console():
@@ -139,3 +140,30 @@ def run_dir() -> Path:
         return Path(HydraConfig.get().runtime.output_dir)
     except ValueError:
         return Path.cwd()
+
+
+def check_known_keys(cfg, schema: type, extra: tuple[str, ...] = ()) -> None:
+    """Refuse keys the app's structured ``schema`` does not have (``UserError`` naming the first).
+
+    Hydra's ``+key=value`` appends a key even to a structured node (``+topology.fabric=x``), which the
+    app would then ignore without a word: a silently different model. ``extra``: top-level keys an app
+    reads on purpose beyond its schema (``resume``). Nodes the schema leaves open (a plain ``dict``
+    field, ``Any``, or ``None`` by default) are not checked inside.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    def walk(node, ref, path: str) -> None:
+        known = list(ref.keys())
+        for key in node:
+            name = f"{path}{key}"
+            if not path and key in extra:
+                continue
+            if key not in ref:
+                raise UserError(f"{name}: unknown setting ({path.rstrip('.') or 'the config'} takes "
+                                f"{', '.join(known)})")
+            child, ref_child = node._get_node(key), ref._get_node(key)
+            if isinstance(child, DictConfig) and isinstance(ref_child, DictConfig) and not ref_child._is_none() \
+                    and OmegaConf.get_type(ref_child) not in (dict, None):
+                walk(child, ref_child, f"{name}.")
+
+    walk(cfg, OmegaConf.structured(schema), "")

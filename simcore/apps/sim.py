@@ -23,6 +23,7 @@ from simcore.apps.common import (
     UserError,
     atomic_write_json,
     atomic_write_text,
+    check_known_keys,
     cli_errors,
     config_errors_exit_2,
     console,
@@ -228,6 +229,7 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="sim")
 @cli_errors
 def _main(cfg: DictConfig) -> float:
+    check_known_keys(cfg, SimAppConfig)
     payload = run(cfg)
     if "result" in payload:  # workload=serving
         metrics = payload["result"]["metrics"]

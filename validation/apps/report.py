@@ -24,7 +24,14 @@ from omegaconf import DictConfig
 from rich.markup import escape
 from rich.table import Table
 
-from simcore.apps.common import UserError, atomic_write_text, cli_errors, config_errors_exit_2, console
+from simcore.apps.common import (
+    UserError,
+    atomic_write_text,
+    check_known_keys,
+    cli_errors,
+    config_errors_exit_2,
+    console,
+)
 from validation.report import CSV_COLUMNS, Job, collect, curves_plot, fill_megatron, fill_sim, throughput_plot
 
 __all__ = ["run", "main", "ReportAppConfig"]
@@ -155,6 +162,7 @@ ConfigStore.instance().store(name="report_schema", node=ReportAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="report")
 @cli_errors
 def _main(cfg: DictConfig) -> None:
+    check_known_keys(cfg, ReportAppConfig)
     run(cfg)
 
 

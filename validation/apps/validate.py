@@ -14,7 +14,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from simcore.apps.common import UserError, cli_errors, config_errors_exit_2, run_dir
+from simcore.apps.common import UserError, check_known_keys, cli_errors, config_errors_exit_2, run_dir
 
 __all__ = ["run", "main", "STUDIES"]
 
@@ -153,6 +153,7 @@ ConfigStore.instance().store(name="validate_schema", node=ValidateAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="validate")
 @cli_errors
 def _main(cfg: DictConfig) -> None:
+    check_known_keys(cfg, ValidateAppConfig)
     run(cfg)
 
 
