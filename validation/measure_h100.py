@@ -155,17 +155,27 @@ def _copies(torch, quick: bool, repeats: int, note: str):
                    note + f"; {mib} MiB copied, size counts bytes read + written")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def kernel_args(description: str, argv: list[str] | None, quick: bool = False):
+    """``(args, torch, props, note)`` of a kernel-timing script (``--out``, ``--repeats``, and
+    ``--quick`` if asked), or ``None`` after a one-line error when there is no CUDA device."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--out", type=Path, required=True, help="CSV to write (kernels schema)")
-    parser.add_argument("--quick", action="store_true", help="a few shapes of each kind")
+    if quick:
+        parser.add_argument("--quick", action="store_true", help="a few shapes of each kind")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     torch = cuda_torch()
     if torch is None:
-        return 2
+        return None
     props = torch.cuda.get_device_properties(0)
-    note = f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
+    return args, torch, props, f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ready = kernel_args(__doc__.splitlines()[0], argv, quick=True)
+    if ready is None:
+        return 2
+    args, torch, props, note = ready
     rows = []
     for part in (_copies(torch, args.quick, args.repeats, note),
                  _gemms(torch, M_QUICK if args.quick else M_FULL, args.repeats, note),

@@ -17,12 +17,10 @@ CUDA-event windows as :mod:`validation.measure_h100` takes them; ends with one J
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 
-from validation.measure_h100 import FIELDS, _time_s, cuda_torch, source, write_rows
+from validation.measure_h100 import FIELDS, _time_s, kernel_args, source, write_rows
 
 __all__ = ["main", "SHAPES"]
 
@@ -52,15 +50,10 @@ def _grouped(torch, b: int, m: int, n: int, k: int, fp8: bool):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="CSV to write (kernels schema)")
-    parser.add_argument("--repeats", type=int, default=7)
-    args = parser.parse_args(argv)
-    torch = cuda_torch()
-    if torch is None:
+    ready = kernel_args(__doc__.splitlines()[0], argv)
+    if ready is None:
         return 2
-    props = torch.cuda.get_device_properties(0)
-    note = f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}"
+    args, torch, props, note = ready
     rows, failed = [], []
     for label, n, k in SHAPES:
         for fp8 in (False, True):

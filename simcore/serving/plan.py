@@ -1,21 +1,31 @@
-"""A serving plan: one aggregated pool, or a prefill pool and a decode pool (disaggregated).
+"""A serving plan: one aggregated pool, a prefill pool and a decode pool (disaggregated), or one pool
+whose workers re-shard between a prefill and a decode layout (Seesaw, :mod:`.seesaw`).
 
 A pool is ``workers`` replicas of one :class:`~simcore.strategy.Strategy` (its ``tp``, ``ep`` and
 ``pp``; ``dp`` and ``batch`` are not used: ``workers`` replicates and ``max_num_seqs`` caps the running
 sequences of a worker). ``ep > 1`` means ``ep`` data-parallel attention groups whose experts are split
 ``ep`` ways (SGLang's ``--enable-dp-attention`` with ``--ep-size``, TensorRT-LLM's attention DP).
+
+A ``seesaw`` plan holds its two layouts as ``prefill`` and ``decode`` pools of the same ``workers`` and
+``max_num_seqs`` over the same GPUs (``tp * ep * pp`` equal); ``host_kv_bytes_per_gpu`` is the host
+(CPU) memory per GPU that parks prefilled requests' KV until the worker switches to decode: by default
+a DGX/HGX H100 or H200 node's 2 TB of system memory over its 8 GPUs (NVIDIA DGX H100/H200 user guide,
+"System memory: 2 TB"), 250 GB.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..strategy import Strategy
 from .requests import ServingInputError
 
-__all__ = ["Pool", "ServingPlan", "MODES"]
+__all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU"]
 
-MODES = ("agg", "disagg")
+MODES = ("agg", "disagg", "seesaw")
+#: Host memory per GPU for a seesaw worker's parked KV: 2 TB per 8-GPU DGX H100/H200 node (module docstring).
+HOST_KV_BYTES_PER_GPU = 2e12 / 8
 
 
 @dataclass(frozen=True)
@@ -51,12 +61,14 @@ class Pool:
 
 @dataclass(frozen=True)
 class ServingPlan:
-    """``mode`` ``agg``: ``pool`` serves everything; ``disagg``: ``prefill`` then ``decode``."""
+    """``mode`` ``agg``: ``pool`` serves everything; ``disagg``: ``prefill`` then ``decode``; ``seesaw``:
+    each worker runs the ``prefill`` layout, then the ``decode`` layout, on the same GPUs."""
 
     mode: str
     pool: Pool | None = None
     prefill: Pool | None = None
     decode: Pool | None = None
+    host_kv_bytes_per_gpu: float = HOST_KV_BYTES_PER_GPU  # seesaw only
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -65,6 +77,22 @@ class ServingPlan:
             raise ServingInputError("plan.pool: an aggregated plan needs a pool")
         if self.mode == "disagg" and (self.prefill is None or self.decode is None):
             raise ServingInputError("plan.prefill / plan.decode: a disaggregated plan needs both pools")
+        if self.mode == "seesaw":
+            self._check_seesaw()
+
+    def _check_seesaw(self) -> None:
+        p, d = self.prefill, self.decode
+        if p is None or d is None:
+            raise ServingInputError("plan.prefill / plan.decode: a seesaw plan needs both layouts")
+        if d.gpus_per_worker != p.gpus_per_worker:
+            raise ServingInputError(f"plan.decode: a seesaw worker re-shards over the same GPUs, but the decode "
+                                    f"layout uses {d.gpus_per_worker} GPUs (tp*ep*pp) and the prefill layout "
+                                    f"{p.gpus_per_worker}")
+        if (d.workers, d.max_num_seqs) != (p.workers, p.max_num_seqs):
+            raise ServingInputError("plan.decode: a seesaw plan's two layouts share workers and max_num_seqs")
+        h = self.host_kv_bytes_per_gpu
+        if isinstance(h, bool) or not isinstance(h, int | float) or not (h > 0 and math.isfinite(h)):
+            raise ServingInputError(f"plan.host_kv_bytes_per_gpu must be a positive number of bytes, got {h!r}")
 
     @classmethod
     def aggregated(cls, strategy: Strategy, workers: int = 1, max_num_seqs: int = 256) -> ServingPlan:
@@ -74,18 +102,35 @@ class ServingPlan:
     def disaggregated(cls, prefill: Pool, decode: Pool) -> ServingPlan:
         return cls("disagg", prefill=prefill, decode=decode)
 
+    @classmethod
+    def seesaw(cls, prefill_strategy: Strategy, decode_strategy: Strategy, workers: int = 1, max_num_seqs: int = 256,
+               host_kv_bytes_per_gpu: float = HOST_KV_BYTES_PER_GPU) -> ServingPlan:
+        """``workers`` workers, each re-sharding between the two strategies over the same GPUs."""
+        return cls("seesaw", prefill=Pool(prefill_strategy, workers, max_num_seqs),
+                   decode=Pool(decode_strategy, workers, max_num_seqs), host_kv_bytes_per_gpu=host_kv_bytes_per_gpu)
+
     @property
     def pools(self) -> list[tuple[str, Pool]]:
+        """``(role, pool)``; a seesaw plan's two entries are two layouts of the same workers."""
         return [("both", self.pool)] if self.mode == "agg" else [("prefill", self.prefill), ("decode", self.decode)]
 
     @property
     def gpus(self) -> int:
+        if self.mode == "seesaw":
+            return self.prefill.gpus
         return sum(p.gpus for _, p in self.pools)
 
     def describe(self) -> str:
         if self.mode == "agg":
             return f"agg {self.pool.describe()}"
+        if self.mode == "seesaw":
+            p, d = self.prefill.strategy, self.decode.strategy
+            return (f"seesaw {self.prefill.workers}x(P tp{p.tp} ep{p.ep} pp{p.pp} <-> D tp{d.tp} ep{d.ep} pp{d.pp}, "
+                    f"seqs {self.prefill.max_num_seqs})")
         return f"disagg P {self.prefill.describe()} + D {self.decode.describe()}"
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "gpus": self.gpus} | {role: p.to_dict() for role, p in self.pools}
+        out = {"mode": self.mode, "gpus": self.gpus} | {role: p.to_dict() for role, p in self.pools}
+        if self.mode == "seesaw":
+            out["host_kv_bytes_per_gpu"] = self.host_kv_bytes_per_gpu
+        return out
