@@ -37,12 +37,16 @@ class PoolConfig:
 
 @dataclass
 class ServingPlanConfig:
-    """``mode`` ``agg`` serves with ``pool``; ``disagg`` prefills on ``prefill`` and decodes on ``decode``."""
+    """``mode`` ``agg`` serves with ``pool``; ``disagg`` prefills on ``prefill`` and decodes on ``decode``;
+    ``seesaw``: each worker re-shards between the ``prefill`` and ``decode`` layouts (same ``tp*ep*pp``,
+    ``workers`` and ``max_num_seqs``), parking KV in ``host_kv_bytes_per_gpu`` of host memory per GPU
+    (``null``: :data:`simcore.serving.plan.HOST_KV_BYTES_PER_GPU`)."""
 
     mode: str = "agg"
     pool: PoolConfig = field(default_factory=PoolConfig)
     prefill: PoolConfig = field(default_factory=PoolConfig)
     decode: PoolConfig = field(default_factory=PoolConfig)
+    host_kv_bytes_per_gpu: float | None = None
 
 
 @dataclass
@@ -168,7 +172,8 @@ def _pool(d: dict, role: str):
 
 
 def plan_from_dict(d: dict):
-    """A :class:`~simcore.serving.ServingPlan` from ``{mode, pool | both, prefill, decode}``."""
+    """A :class:`~simcore.serving.ServingPlan` from ``{mode, pool | both, prefill, decode,
+    host_kv_bytes_per_gpu}``."""
     from simcore.serving import ServingInputError, ServingPlan
 
     mode = d.get("mode", "agg")
@@ -178,6 +183,11 @@ def plan_from_dict(d: dict):
         if mode == "disagg":
             return ServingPlan("disagg", prefill=_pool(d.get("prefill") or {}, "prefill"),
                                decode=_pool(d.get("decode") or {}, "decode"))
+        if mode == "seesaw":
+            host = d.get("host_kv_bytes_per_gpu")
+            return ServingPlan("seesaw", prefill=_pool(d.get("prefill") or {}, "prefill"),
+                               decode=_pool(d.get("decode") or {}, "decode"),
+                               **({} if host is None else {"host_kv_bytes_per_gpu": host}))
         return ServingPlan(mode)
     except ServingInputError as exc:
         raise UserError(str(exc).replace("plan.", "serving.plan.", 1)) from None
@@ -266,6 +276,8 @@ def run_serving_sim(cfg) -> dict:
                   (("ttft_ms", m.ttft_s["mean"] * 1e3), ("tpot_ms", m.tpot_s["mean"] * 1e3))
                   if slo[k] is not None and v > slo[k]]
         con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
+        if plan.mode == "seesaw":
+            con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
     else:
         con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
     out = run_dir()

@@ -189,6 +189,9 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
 
     if target not in SERVING_TARGETS:
         raise ValueError(f"export: {target!r} is not a serving target; valid: {', '.join(SERVING_TARGETS)}")
+    if plan.mode == "seesaw":
+        raise ValueError("export: no released vLLM, SGLang or TensorRT-LLM re-shards a worker between a prefill "
+                         "and a decode layout; a seesaw plan has no launch configuration")
     runtime = get_runtime(runtime or target) if not isinstance(runtime, RuntimeProfile) else runtime
     path = model_path or model_source(model) or model.name
     out = LaunchConfig(target)

@@ -1,7 +1,8 @@
-"""Request-level serving simulation: continuous batching, paged KV cache, prefill/decode disaggregation.
+"""Request-level serving simulation: continuous batching, paged KV cache, prefill/decode disaggregation,
+Seesaw re-sharding.
 
 Entry point: :func:`simulate_serving` serves a stream of requests (:class:`ServingConfig`) with a
-:class:`ServingPlan` (one aggregated pool, or prefill and decode pools) and returns TTFT, TPOT,
+:class:`ServingPlan` (one aggregated pool, prefill and decode pools, or Seesaw workers) and returns TTFT, TPOT,
 inter-token and end-to-end latency statistics, throughput and goodput (:class:`ServingMetrics`).
 
 - :mod:`.requests`: requests, length distributions, trace files
@@ -11,6 +12,8 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 - :mod:`.scheduler`: the three runtimes' scheduling policies
 - :mod:`.worker`: a worker's host loop and GPU pipeline on SimPy
 - :mod:`.simulate`: arrivals, routing, the KV hand-off of disaggregated plans
+- :mod:`.seesaw`: workers re-sharding between a prefill and a decode layout, KV parked in host memory
+- :mod:`.reshard`: what one such switch moves between the GPUs, and how long it takes
 - :mod:`.metrics`: latency and throughput statistics
 """
 

@@ -11,6 +11,9 @@ KV cache moves to the least-loaded decode worker. With a topology graph the move
 (each prefill GPU sends its shard to a decode GPU, contending with every other transfer on the same
 links; prefill workers are placed on the first GPUs, decode workers after them); without one it takes
 the idle-fabric time of the same bytes.
+
+Seesaw plans (``mode`` ``seesaw``): each worker alternates a prefill and a decode layout over the same
+GPUs, parking prefilled KV in host memory in between (:mod:`.seesaw`; no network flows).
 """
 
 from __future__ import annotations
@@ -100,11 +103,16 @@ class ServingResult:
     lowerings: int = 0
     kv_tokens_per_group: dict[str, int] = field(default_factory=dict)
     wall_s: float = 0.0
+    reshard_s: float = 0.0  # seesaw: worker-seconds spent re-sharding between the two layouts
+    switches: int = 0  # seesaw: layout switches over all workers
 
     def to_dict(self) -> dict:
-        return {"plan": self.plan.to_dict(), "feasible": self.feasible, "reason": self.reason, "steps": self.steps,
-                "lowerings": self.lowerings, "kv_tokens_per_group": self.kv_tokens_per_group,
-                "wall_s": self.wall_s, "metrics": None if self.metrics is None else self.metrics.to_ms_dict()}
+        out = {"plan": self.plan.to_dict(), "feasible": self.feasible, "reason": self.reason, "steps": self.steps,
+               "lowerings": self.lowerings, "kv_tokens_per_group": self.kv_tokens_per_group,
+               "wall_s": self.wall_s, "metrics": None if self.metrics is None else self.metrics.to_ms_dict()}
+        if self.plan.mode == "seesaw":
+            out |= {"reshard_s": self.reshard_s, "switches": self.switches}
+        return out
 
 
 def _requests(cfg: ServingConfig, rng: np.random.Generator) -> list[tuple[float, int, int]]:
@@ -117,7 +125,28 @@ def _requests(cfg: ServingConfig, rng: np.random.Generator) -> list[tuple[float,
     return [(float(a), int(i), int(o)) for a, i, o in zip(arrivals, isl, osl, strict=True)]
 
 
-class _Cluster:
+class RequestIntake:
+    """``route``: a request reaches its plan's scheduler ``request_s`` after it was sent (the runtime's
+    request path, ``RuntimeProfile.request_s``), then ``_submit`` places it (the least-loaded worker)."""
+
+    env: simpy.Environment
+    request_s: float
+
+    def route(self, req: Request) -> None:
+        if self.request_s > 0:
+            self.env.process(self._after_intake(req))
+        else:
+            self._submit(req)
+
+    def _after_intake(self, req: Request):
+        yield self.env.timeout(self.request_s)
+        self._submit(req)
+
+    def _submit(self, req: Request) -> None:
+        raise NotImplementedError
+
+
+class _Cluster(RequestIntake):
     """The plan's workers, the router between them and the KV hand-off of disaggregated plans."""
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish,
@@ -160,18 +189,6 @@ class _Cluster:
         m = ctx.model
         self.kv_bytes_per_token = m.kv_cache_elements_per_token() * ctx.workload.kv_bytes
         self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
-
-    def route(self, req: Request) -> None:
-        """Send ``req`` to the entry worker with the fewest outstanding requests, once the runtime's
-        request path (``RuntimeProfile.request_s``) has brought it to the scheduler."""
-        if self.request_s > 0:
-            self.env.process(self._after_intake(req))
-        else:
-            self._submit(req)
-
-    def _after_intake(self, req: Request):
-        yield self.env.timeout(self.request_s)
-        self._submit(req)
 
     def _submit(self, req: Request) -> None:
         entry = self.pools.get("both") or self.pools["prefill"]
@@ -229,7 +246,12 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
             _send(next(pending, None), req.client)
 
     try:
-        cluster = _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
+        if plan.mode == "seesaw":
+            from .seesaw import SeesawCluster  # it imports this module
+
+            cluster = SeesawCluster(env, ctx, plan, runtime, on_finish, fast)
+        else:
+            cluster = _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
     except PlanInfeasible as exc:
         return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
 
@@ -271,6 +293,10 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
     preempt = sum(g.preemptions for w in workers for g in w.groups)
     measured = [r for r in done if r.rid >= cfg.warmup]
     metrics = summarize(measured, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
-    return ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
-                         lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
-                         wall_s=time.perf_counter() - start)
+    result = ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
+                           lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
+                           wall_s=time.perf_counter() - start)
+    if plan.mode == "seesaw":
+        result.reshard_s, result.switches = cluster.reshard_s, cluster.switches
+        metrics.extra["swap_in_s"] = cluster.swap_in_s  # host-to-GPU copies charged at switches
+    return result
