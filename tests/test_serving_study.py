@@ -66,6 +66,13 @@ def test_a_tp_degree_that_is_the_product_of_equal_expert_degrees_is_the_launch_t
     assert map_row(row).plan == case.plan
 
 
+def test_an_attention_dp_degree_that_is_the_product_of_equal_expert_degrees_is_dp_t_ep_t():
+    row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", tp_size=1, attention_dp_size=64,
+               moe_tp_size=8, moe_ep_size=8)
+    case = map_row(row)
+    assert not case.skip and case.plan.gpus == 8 and case.plan.pool.strategy.ep == 8
+
+
 def test_a_tp_degree_that_is_a_product_of_unequal_expert_degrees_is_skipped():
     row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", tp_size=32, attention_dp_size=1,
                moe_tp_size=4, moe_ep_size=8)

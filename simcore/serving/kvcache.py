@@ -4,6 +4,8 @@ Capacity comes from the memory model (:func:`simcore.memory.memory_per_gpu_bytes
 the runtime may use (``RuntimeProfile.mem_fraction``, capped by the GPU's usable HBM), less the
 weights and the activations of the largest step (a step of ``max_num_batched_tokens`` tokens, probed
 through the same memory model), divided by the KV bytes one token costs on the fullest GPU of the group.
+A runtime whose fraction is of the memory left after weights and activations
+(``RuntimeProfile.mem_fraction_of_free``: TensorRT-LLM) gets that share of the usable HBM they leave.
 
 A hybrid model's linear-attention layers (Gated DeltaNet) keep a fixed state per sequence instead of
 KV per token (:func:`state_bytes_per_sequence`). It comes out of the same pool, as vLLM's hybrid
@@ -77,7 +79,10 @@ def kv_capacity_tokens(ctx: CostContext, strategy: Strategy, runtime: RuntimePro
     if strategy.choice("attention") == DIM0:
         state *= strategy.tp  # the probe's one sequence sits whole on one GPU
     used -= runtime.max_num_batched_tokens * kv_bytes_per_token(ctx, strategy) + state
-    free = budget - used
+    if runtime.mem_fraction_of_free:
+        free = runtime.mem_fraction * (gpu.usable_hbm_bytes - used)
+    else:
+        free = budget - used
     return max(int(free // kv_bytes_per_token(ctx, strategy)), 0)
 
 

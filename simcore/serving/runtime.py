@@ -44,7 +44,9 @@ A profile holds few physical numbers, each with its source:
 - ``kv_block_tokens``: KV-cache page size (vLLM 16, SGLang 1 (token-granular radix cache), TensorRT-LLM
   32 (``tokens_per_block``)); ``mem_fraction``: share of HBM the runtime may fill with weights,
   activations and KV cache (vLLM ``gpu_memory_utilization`` 0.9, SGLang ``mem_fraction_static``
-  ~0.88 on 141 GB GPUs, TensorRT-LLM ``free_gpu_memory_fraction`` 0.9 of what the weights leave).
+  ~0.88 on 141 GB GPUs), or, where ``mem_fraction_of_free``, the share of the memory left after the
+  weights and activations that goes to KV cache (TensorRT-LLM's ``KvCacheConfig.free_gpu_memory_fraction``,
+  0.9 by default: "the fraction of free GPU memory ... after the model is loaded").
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class RuntimeProfile:
     custom_ar_s: float = 8.0e-6
     custom_ar_max_bytes: float = 8 * 2**20
     request_s: float = 0.0
+    mem_fraction_of_free: bool = False
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -118,9 +121,11 @@ class RuntimeProfile:
 # the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
 # its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync,
 # v0.12 or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths,
-# 3 requests per client). request_s: `python -m validation.fit_serving --only-request` with the measuring
-# client as the study now simulates it (median |log error| of TTFT on 40 fit rows: vLLM 0.46, SGLang 0.27,
-# TensorRT-LLM 0.43). SGLang's 200 ms is far more than an HTTP path and a tokenizer take: it absorbs TTFT
+# 3 requests per client); at today's client and launch flags their TPOT scores are vLLM 0.19, SGLang 0.41,
+# TensorRT-LLM 0.08 (not refitted). request_s: `python -m validation.fit_serving --only-request` with the
+# measuring client, the harness's launch flags (validation/studies/serving/launch.py) and TensorRT-LLM's
+# memory fraction of the free memory (median |log error| of TTFT on 40 fit rows: vLLM 0.46, SGLang 0.28,
+# TensorRT-LLM 0.46; 14 min). SGLang's 200 ms is far more than an HTTP path and a tokenizer take: it absorbs TTFT
 # the simulator does not explain on those rows (README, serving). Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
@@ -137,7 +142,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
-                             request_s=20e-3),
+                             request_s=10e-3, mem_fraction_of_free=True),
 }
 
 

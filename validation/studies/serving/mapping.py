@@ -29,7 +29,9 @@ The mapping, column by column:
   entries ``dsr1-fp8-h200-trt``, ``qwen3.5-fp8-h200-sglang``, ``gptoss-fp4-h200-trt``), i.e.
   ``trtllm-serve --tp_size T --ep_size T`` / ``sglang --tp T --expert-parallel-size T`` on T GPUs:
   attention TP T, experts EP T (MoE TP = tp / ep = 1). Such a row is mapped to that deployment; one
-  whose two expert degrees differ stays skipped (its launch is not known).
+  whose two expert degrees differ stays skipped (its launch is not known). The same launch with
+  attention data parallelism on (``dp-attn: true``: DeepSeek on TensorRT-LLM at 8k/1k) is recorded as
+  tp 1, ``attention_dp_size`` 64 = 8 x 8, and maps to attention DP 8 with experts EP 8 on 8 GPUs.
 - ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker
   (TensorRT-LLM's and vLLM's are per attention-DP rank, each vLLM DP rank being its own engine with its
   own scheduler: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
@@ -119,6 +121,8 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
         dp = moe_tp * moe_ep // tp  # vLLM's MoE layers span all data-parallel x tensor-parallel ranks
     if tp > NODE_GPUS and moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep:
         tp, moe_tp = moe_ep, 1  # `--tp T --ep T` recorded as tp T x T (module doc)
+    if dp > NODE_GPUS and tp == 1 and moe_tp == moe_ep > 1 and dp == moe_tp * moe_ep:
+        dp, moe_tp = moe_ep, 1  # the same launch with attention DP on (`dp-attn: true`) (module doc)
     if moe and tp * dp != moe_tp * moe_ep:
         return f"layout: attention on tp{tp} x dp{dp} GPUs but experts on moe_tp{moe_tp} x moe_ep{moe_ep}"
     if tp > NODE_GPUS and moe_tp > 1 and moe_ep > 1:
