@@ -149,3 +149,32 @@ def test_a_seesaw_plan_has_no_launch_configuration():
     plan = ServingPlan.seesaw(megatron_strategy(pp=2), megatron_strategy(tp=2), 1, 64)
     with pytest.raises(ValueError, match="seesaw plan has no launch"):
         serving_launch(plan, get_model("llama-3.1-8b"), "vllm")
+
+
+@pytest.mark.parametrize("lengths", [dict(isl=1024, osl=64), dict(isl=512, osl=200, draw=True)])
+def test_seesaw_decode_fast_path_equals_stepping_one_by_one(lengths):
+    """The decode workers' run-of-steps fast path (one timeout for a batch that cannot change) gives
+    exactly the step-by-step simulation, with requests streaming in from the host buffer meanwhile."""
+    ctx = _ctx("llama-3.1-8b", gpus=2)
+    plan = ServingPlan.seesaw(megatron_strategy(pp=2), megatron_strategy(tp=2), workers=1, max_num_seqs=32,
+                              host_kv_bytes_per_gpu=40 * 1024 * 128 * 1024)  # a few dozen prompts per phase
+    if lengths.get("draw"):
+        cfg = ServingConfig(concurrency=48, num_requests=96, seed=3,
+                            input_len=LengthDist(kind="uniform", mean=400, low=300, high=512),
+                            output_len=LengthDist(kind="uniform", mean=150, low=100, high=200))
+    else:
+        cfg = _offline(64, lengths["isl"], lengths["osl"])
+    fast = simulate_serving(ctx, plan, cfg, fast=True)
+    slow = simulate_serving(ctx, plan, cfg, fast=False)
+    assert fast.feasible and slow.feasible and fast.switches >= 1
+    def flat(d, prefix=""):
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, dict):
+                out |= flat(v, f"{prefix}{k}.")
+            elif isinstance(v, int | float):
+                out[f"{prefix}{k}"] = v
+        return out
+
+    assert flat(fast.metrics.to_ms_dict()) == pytest.approx(flat(slow.metrics.to_ms_dict()), rel=1e-9)
+    assert (fast.switches, fast.reshard_s) == (slow.switches, pytest.approx(slow.reshard_s, rel=1e-12))
