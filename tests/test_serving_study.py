@@ -68,9 +68,11 @@ def test_a_tp_degree_that_is_the_product_of_equal_expert_degrees_is_the_launch_t
 
 def test_an_attention_dp_degree_that_is_the_product_of_equal_expert_degrees_is_dp_t_ep_t():
     row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", tp_size=1, attention_dp_size=64,
-               moe_tp_size=8, moe_ep_size=8)
+               moe_tp_size=8, moe_ep_size=8, batch_size=2)
     case = map_row(row)
     assert not case.skip and case.plan.gpus == 8 and case.plan.pool.strategy.ep == 8
+    # the recorded batch size is per recorded rank: 64 ranks of 2 sequences (InferenceX's c128 rows)
+    assert case.plan.pool.max_num_seqs == 128
 
 
 def test_a_tp_degree_that_is_a_product_of_unequal_expert_degrees_is_skipped():

@@ -112,7 +112,7 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
     ``max_running_requests`` is per worker."""
     tp = _int(row, f"{prefix}tp_size", 1)
     pp = _int(row, f"{prefix}pp_size", 1)
-    dp = _int(row, f"{prefix}attention_dp_size", 1)
+    dp = recorded_dp = _int(row, f"{prefix}attention_dp_size", 1)
     moe_tp = _int(row, f"{prefix}moe_tp_size", 1)
     moe_ep = _int(row, f"{prefix}moe_ep_size", 1)
     vllm = row.get("backend", "").strip() == "vllm"
@@ -132,7 +132,7 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
     if row.get("backend", "").strip() == "trtllm" or vllm:
-        seqs *= dp
+        seqs *= max(dp, recorded_dp)  # per recorded rank: 64 = 8 x 8 ranks of batch b run 64 b sequences
     return Pool(megatron_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
 
 
