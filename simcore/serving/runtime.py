@@ -47,6 +47,13 @@ A profile holds few physical numbers, each with its source:
   ~0.88 on 141 GB GPUs), or, where ``mem_fraction_of_free``, the share of the memory left after the
   weights and activations that goes to KV cache (TensorRT-LLM's ``KvCacheConfig.free_gpu_memory_fraction``,
   0.9 by default: "the fraction of free GPU memory ... after the model is loaded").
+- ``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``: TensorRT-LLM's batch waiting
+  (``LlmArgs``; both 0, off, by default): without attention DP, a step that has both context and
+  generation requests holds its context requests back (generation only) until their prompt tokens plus
+  the generation tokens reach ``ratio x max_num_tokens`` or ``timeout_iters`` steps have waited
+  (``PyExecutor._waiting_requests``; the count is the scheduler's, reset when the context requests run).
+  Off in every profile; set per launch (InferenceX's Llama-3.3-70B TensorRT-LLM runs at 1k/1k below TP 8
+  use 20 and 0.9, ``validation/studies/serving/launch.py``).
 """
 
 from __future__ import annotations
@@ -88,6 +95,8 @@ class RuntimeProfile:
     custom_ar_max_bytes: float = 8 * 2**20
     request_s: float = 0.0
     mem_fraction_of_free: bool = False
+    batch_wait_timeout_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -100,6 +109,12 @@ class RuntimeProfile:
             raise ServingInputError(f"runtime {self.name}: host, launch, graph and request times must be >= 0")
         if not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.batch_wait_timeout_iters < 0 or not 0 <= self.batch_wait_max_tokens_ratio <= 1:
+            raise ServingInputError(f"runtime {self.name}: batch_wait_timeout_iters must be >= 0 and "
+                                    f"batch_wait_max_tokens_ratio in [0, 1]")
+        if (self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio) and self.scheduler != "trtllm":
+            raise ServingInputError(f"runtime {self.name}: batch waiting is TensorRT-LLM's (scheduler trtllm), "
+                                    f"not {self.scheduler}'s")
         for f in ("graph_max_tokens", "max_num_batched_tokens", "kv_block_tokens"):
             if getattr(self, f) < (0 if f == "graph_max_tokens" else 1):
                 raise ServingInputError(f"runtime {self.name}: {f} must be positive, got {getattr(self, f)}")

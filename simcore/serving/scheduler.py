@@ -13,7 +13,10 @@ Three policies, after the runtimes' own schedulers (each a method of :class:`Gro
   request decodes; on KV exhaustion during decode the newest requests are retracted (recomputed).
 - ``trtllm`` (TensorRT-LLM in-flight batching, ``GUARANTEED_NO_EVICT`` capacity scheduler): decodes
   and context chunks share a step under ``max_num_tokens``; a request is admitted only when the KV of
-  its whole prompt and output is free, so nothing is ever evicted.
+  its whole prompt and output is free, so nothing is ever evicted. With batch waiting configured
+  (``RuntimeProfile.batch_wait_timeout_iters`` / ``batch_wait_max_tokens_ratio``, see there), a step
+  that would run context and generation requests together runs the generation requests alone until
+  enough prompt tokens wait or the timeout passes (:meth:`GroupScheduler._batch_wait`).
 
 A step's choice is a list of ``(request, new_tokens)``; the worker applies it when the step ends.
 """
@@ -32,11 +35,14 @@ __all__ = ["GroupScheduler"]
 class GroupScheduler:
     """Waiting and running requests of one attention group, its KV cache and its policy."""
 
-    def __init__(self, policy: str, kv: KvCache, max_num_seqs: int, max_tokens: int):
+    def __init__(self, policy: str, kv: KvCache, max_num_seqs: int, max_tokens: int,
+                 batch_wait: tuple[int, float] = (0, 0.0)):
         if policy not in SCHEDULERS:
             raise ValueError(f"serving.scheduler: {policy!r} is not one of {', '.join(SCHEDULERS)}")
         self.policy, self.kv = policy, kv
         self.max_num_seqs, self.max_tokens = max_num_seqs, max_tokens
+        self.wait_iters, self.wait_ratio = batch_wait
+        self.waited = 0  # steps the context requests have been held back (TensorRT-LLM batch waiting)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.preemptions = 0
@@ -147,7 +153,26 @@ class GroupScheduler:
             chosen.append((req, n))
             budget -= n
         self._admit(budget, chosen, whole_request=True, chunk=True)
-        return chosen
+        return self._batch_wait(chosen)
+
+    def _batch_wait(self, chosen: list[tuple[Request, int]]) -> list[tuple[Request, int]]:
+        """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``): with both context and
+        generation requests in the step, the context requests run only once their prompt tokens (the
+        whole prompt, as ``get_tokens(0)`` counts) plus one per generation request reach
+        ``ratio x max_num_tokens``, or after ``timeout_iters`` steps of waiting; until then the step
+        runs the generation requests alone. Admitted requests keep their KV while they wait."""
+        if not (self.wait_iters > 0 or self.wait_ratio > 0):
+            return chosen
+        context = [r for r, _ in chosen if r.in_prefill]
+        generation = [(r, n) for r, n in chosen if not r.in_prefill]
+        if not context or not generation:
+            return chosen
+        tokens = sum(r.prefill_target for r in context) + len(generation)
+        if self.waited >= self.wait_iters or tokens >= self.wait_ratio * self.max_tokens:
+            self.waited = 0
+            return chosen
+        self.waited += 1
+        return generation
 
     def _preempt_self(self, req: Request) -> None:
         """``req`` cannot grow even alone: give its blocks back and requeue it."""

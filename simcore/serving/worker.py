@@ -45,8 +45,10 @@ class Worker:
         groups = cost.strategy.ep
         seqs = max(max_num_seqs // groups, 1)
         state = state_blocks(cost.ctx, cost.strategy, runtime.kv_block_tokens)
+        # TensorRT-LLM waits for context batches only without attention DP (``not enable_attention_dp``)
+        wait = (runtime.batch_wait_timeout_iters, runtime.batch_wait_max_tokens_ratio) if groups == 1 else (0, 0.0)
         self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens, state), seqs,
-                                      runtime.max_num_batched_tokens) for _ in range(groups)]
+                                      runtime.max_num_batched_tokens, wait) for _ in range(groups)]
         self.stages = [simpy.Resource(env, capacity=1) for _ in range(cost.strategy.pp)]
         self._rr = itertools.cycle(range(groups))
         self._wake = env.event()

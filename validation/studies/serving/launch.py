@@ -17,6 +17,14 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch).
 - SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
   ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency).
+- TensorRT-LLM, Llama-3.3-70B (the sample's ``meta-llama/Llama-3.1-70B`` rows; ``llama70b_fp8_h200_trt``
+  launcher): ``--max_num_tokens $MAX_MODEL_LEN`` (the config's ``max-model-len``, ISL + OSL + 200: 2248 at
+  1k/1k), ``cuda_graph_config.max_batch_size: 1024``, and at 1k/1k below TP 8 batch waiting:
+  ``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9`` (the script: "For 1k/1k, use
+  batch_wait_max_tokens_ratio and batch_wait_timeout_iters will improve the performance"). A later copy
+  of the launcher passes ``--max_num_tokens 16384``; which copy ran a row is not recorded. These rows are
+  fit rows, and the choice was made on them (in sample): on their 24 1k/1k rows the ``MAX_MODEL_LEN`` copy
+  puts 16 within 15% of the measured TTFT, the 16384 copy 7.
 - vLLM, Kimi-K2.5 and MiniMax-M2.5 (``kimik2.5_int4_h200.sh``, ``minimaxm2.5_fp8_h200.sh``):
   ``--gpu-memory-utilization 0.95``; the token budget is vLLM's default (a later MiniMax script raises
   it with the concurrency; which copy ran a row is not recorded, so the default stays).
@@ -37,8 +45,9 @@ def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int) -> dict:
-    """Runtime-profile fields the harness's launch sets for this row (empty: the profile's defaults)."""
+def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int, tp: int = 1) -> dict:
+    """Runtime-profile fields the harness's launch sets for this row (empty: the profile's defaults);
+    ``tp``: the row's tensor-parallel degree."""
     if isl not in HARNESS_LENGTHS or osl not in HARNESS_LENGTHS:
         return {}
     deepseek = preset.startswith("deepseek-")
@@ -54,6 +63,11 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
         return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85}
     if backend == "sglang" and preset.startswith("qwen3.5"):
         return {"max_num_batched_tokens": 16384, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.80}
+    if backend == "trtllm" and preset == "llama-3.1-70b":
+        flags = {"max_num_batched_tokens": isl + osl + 200, "graph_max_tokens": 1024}
+        if (isl, osl) == (1024, 1024) and tp < 8:
+            flags |= {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        return flags
     if backend == "vllm" and preset.startswith(("kimi", "minimax")):
         return {"mem_fraction": 0.95}
     return {}

@@ -193,6 +193,7 @@ def map_row(row: dict) -> RowCase:
         else ServingPlan.disaggregated(*pools)
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
-    case.launch = launch_flags(row.get("backend", "").strip(), preset, case.isl, case.osl, case.concurrency)
+    case.launch = launch_flags(row.get("backend", "").strip(), preset, case.isl, case.osl, case.concurrency,
+                               tp=pools[0].strategy.tp)
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
     return case
