@@ -54,6 +54,12 @@ A profile holds few physical numbers, each with its source:
   (``PyExecutor._waiting_requests``; the count is the scheduler's, reset when the context requests run).
   Off in every profile; set per launch (InferenceX's Llama-3.3-70B TensorRT-LLM runs at 1k/1k below TP 8
   use 20 and 0.9, ``validation/studies/serving/launch.py``).
+- ``attention_dp_balance``, ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``:
+  TensorRT-LLM's attention-DP balancing (``attention_dp_config``: ``enable_balance`` off,
+  ``timeout_iters`` 50, ``batching_wait_iters`` 10 by default), for workers with attention DP: context
+  requests run when every rank has one, or after the timeout
+  (:class:`~simcore.serving.scheduler.AttentionDpBalance`). InferenceX's DeepSeek-R1 runs with attention
+  DP turn it on with 60 and 0 (``dsr1_fp8_h200_trt.sh``).
 """
 
 from __future__ import annotations
@@ -97,6 +103,9 @@ class RuntimeProfile:
     mem_fraction_of_free: bool = False
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    attention_dp_balance: bool = False
+    attention_dp_timeout_iters: int = 50
+    attention_dp_batching_wait_iters: int = 10
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -115,6 +124,12 @@ class RuntimeProfile:
         if (self.batch_wait_timeout_iters or self.batch_wait_max_tokens_ratio) and self.scheduler != "trtllm":
             raise ServingInputError(f"runtime {self.name}: batch waiting is TensorRT-LLM's (scheduler trtllm), "
                                     f"not {self.scheduler}'s")
+        if self.attention_dp_timeout_iters < 0 or self.attention_dp_batching_wait_iters < 0:
+            raise ServingInputError(f"runtime {self.name}: attention_dp_timeout_iters and "
+                                    f"attention_dp_batching_wait_iters must be >= 0")
+        if self.attention_dp_balance and self.scheduler != "trtllm":
+            raise ServingInputError(f"runtime {self.name}: attention_dp_balance is TensorRT-LLM's (scheduler "
+                                    f"trtllm), not {self.scheduler}'s")
         for f in ("graph_max_tokens", "max_num_batched_tokens", "kv_block_tokens"):
             if getattr(self, f) < (0 if f == "graph_max_tokens" else 1):
                 raise ServingInputError(f"runtime {self.name}: {f} must be positive, got {getattr(self, f)}")

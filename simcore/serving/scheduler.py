@@ -19,6 +19,9 @@ Three policies, after the runtimes' own schedulers (each a method of :class:`Gro
   enough prompt tokens wait or the timeout passes (:meth:`GroupScheduler._batch_wait`).
 
 A step's choice is a list of ``(request, new_tokens)``; the worker applies it when the step ends.
+
+Across the attention groups of one worker, TensorRT-LLM's attention-DP balancing (:class:`AttentionDpBalance`)
+may hold every group's context requests back for a step.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .kvcache import KvCache
 from .requests import Request
 from .runtime import SCHEDULERS
 
-__all__ = ["GroupScheduler"]
+__all__ = ["GroupScheduler", "AttentionDpBalance"]
 
 
 class GroupScheduler:
@@ -182,3 +185,51 @@ class GroupScheduler:
             req.reset_for_recompute()
             self.waiting.appendleft(req)
             self.preemptions += 1
+
+
+class AttentionDpBalance:
+    """TensorRT-LLM's attention-DP context balancing (``attention_dp_config.enable_balance``;
+    ``PyExecutor._balance_adp_requests``), decided once per step over all attention-DP ranks (groups).
+
+    Context requests run when every rank has one and a free batch slot: then, if every rank also
+    decodes, only after ``batching_wait_iters`` further steps (the ``batching`` count). Otherwise they
+    are held, and a ``waiting`` count rises every such step, with or without context requests anywhere;
+    they run when it reaches ``timeout_iters`` or some rank has nothing to decode (no dead waiting). A
+    held step runs every rank's decodes alone.
+    """
+
+    def __init__(self, timeout_iters: int, batching_wait_iters: int):
+        self.timeout, self.batching_iters = timeout_iters, batching_wait_iters
+        self.waiting = 0
+        self.batching = 0
+
+    def apply(self, picks: list[list[tuple[Request, int]]], groups: list[GroupScheduler]) -> list:
+        ctx = [sum(1 for r, _ in p if r.in_prefill) for p in picks]
+        gen = [len(p) - c for p, c in zip(picks, ctx, strict=True)]
+        all_gen = all(n > 0 for n in gen)
+        hold = False
+        if all(n < g.max_num_seqs for n, g in zip(gen, groups, strict=True)) and all(c > 0 for c in ctx):
+            self.waiting = 0
+            if all_gen:
+                if self.batching < self.batching_iters:
+                    self.batching += 1
+                    hold = True
+                else:
+                    self.batching = 0
+        else:
+            self.waiting += 1
+            hold = True
+            if self.waiting >= self.timeout or not all_gen:
+                self.waiting = 0
+                hold = False
+        if not hold:
+            return picks
+        return [[(r, n) for r, n in p if not r.in_prefill] for p in picks]
+
+    def decode_steps(self, steps: int, all_gen: bool) -> None:
+        """The count after ``steps`` steps with no context request anywhere (a folded decode run):
+        :meth:`apply` ``steps`` times in closed form (test: fast path == step by step)."""
+        if not all_gen or self.timeout <= 0:
+            self.waiting = 0
+        else:
+            self.waiting = (self.waiting + steps) % self.timeout

@@ -22,7 +22,7 @@ import simpy
 from .kvcache import KvCache, state_blocks
 from .requests import Request
 from .runtime import RuntimeProfile
-from .scheduler import GroupScheduler
+from .scheduler import AttentionDpBalance, GroupScheduler
 from .step_cost import GroupBatch, StepCost
 
 __all__ = ["Worker", "PlanInfeasible"]
@@ -49,6 +49,8 @@ class Worker:
         wait = (runtime.batch_wait_timeout_iters, runtime.batch_wait_max_tokens_ratio) if groups == 1 else (0, 0.0)
         self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens, state), seqs,
                                       runtime.max_num_batched_tokens, wait) for _ in range(groups)]
+        self.balance = AttentionDpBalance(runtime.attention_dp_timeout_iters, runtime.attention_dp_batching_wait_iters) \
+            if runtime.attention_dp_balance and groups > 1 else None
         self.stages = [simpy.Resource(env, capacity=1) for _ in range(cost.strategy.pp)]
         self._rr = itertools.cycle(range(groups))
         self._wake = env.event()
@@ -84,7 +86,8 @@ class Worker:
 
     # ------------------------------------------------------------------ the step loop
     def _schedule(self) -> list[list[tuple[Request, int]]]:
-        return [g.schedule(self._busy) for g in self.groups]
+        picks = [g.schedule(self._busy) for g in self.groups]
+        return self.balance.apply(picks, self.groups) if self.balance else picks
 
     def _picks_or_wait(self):
         """The next step's picks, or ``None`` after sleeping until a request arrives or a step ends."""
@@ -186,6 +189,8 @@ class Worker:
         if overlap:
             self._host_free = starts[done - 1] + host
         self.steps += done
+        if self.balance:  # each further folded step ticks the balancing count
+            self.balance.decode_steps(done - 1, all(sizes))  # the first was ticked when it was scheduled
         self.gpu_busy_s += sum(e - s for s, e in zip(starts[:done], ends[:done], strict=True))
         times = ends[:done]
         for group, pick in zip(self.groups, picks, strict=True):

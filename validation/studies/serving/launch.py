@@ -10,7 +10,8 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   (``max_num_batched_tokens``), ``--cuda-graph-max-bs`` 512 at 1k/1k and 256 otherwise
   (``graph_max_tokens``), ``--mem-fraction-static 0.82``.
 - TensorRT-LLM, DeepSeek-R1/V3 (``dsr1_fp8_h200_trt.sh``): ``max_num_tokens`` = max(8192, CONC + ISL + 64
-  rounded up to 64), ``cuda_graph_config.max_batch_size: 128``, ``free_gpu_memory_fraction: 0.75``.
+  rounded up to 64), ``cuda_graph_config.max_batch_size: 128``, ``free_gpu_memory_fraction: 0.75``, and with
+  attention DP ``attention_dp_config: {enable_balance: true, timeout_iters: 60, batching_wait_iters: 0}``.
 - vLLM, gpt-oss-120b (``gptoss_fp4_h200.sh``): ``--max-num-batched-tokens 8192``,
   ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``.
 - TensorRT-LLM, gpt-oss-120b (``gptoss_fp4_h200_trt.sh``): ``--max_num_tokens 20000``,
@@ -56,7 +57,8 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
                 "mem_fraction": 0.82}
     if backend == "trtllm" and deepseek:
         return {"max_num_batched_tokens": max(8192, _round_up(concurrency + isl + 64, 64)), "graph_max_tokens": 128,
-                "mem_fraction": 0.75}
+                "mem_fraction": 0.75, "attention_dp_balance": True, "attention_dp_timeout_iters": 60,
+                "attention_dp_batching_wait_iters": 0}
     if backend == "vllm" and preset.startswith("gpt-oss"):
         return {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
     if backend == "trtllm" and preset.startswith("gpt-oss"):

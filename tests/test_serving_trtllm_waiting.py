@@ -1,5 +1,6 @@
-"""TensorRT-LLM's batch waiting (``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``): the
-scheduler's rule step by step, its effect on a served run, the fast path with it on, and bad input."""
+"""TensorRT-LLM holding context requests back: batch waiting (``batch_wait_timeout_iters``,
+``batch_wait_max_tokens_ratio``) and attention-DP balancing (``attention_dp_config``): each rule step by
+step, its effect on a served run, the fast path with it on, and bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from simcore.models import get_model
 from simcore.serving import LengthDist, ServingConfig, ServingInputError, ServingPlan, get_runtime, simulate_serving
 from simcore.serving.kvcache import KvCache
 from simcore.serving.requests import Request
-from simcore.serving.scheduler import GroupScheduler
+from simcore.serving.scheduler import AttentionDpBalance, GroupScheduler
 from simcore.strategy import megatron_strategy
 from simcore.workload import Workload
 from validation.studies.serving.launch import launch_flags
@@ -121,3 +122,75 @@ def test_the_harness_waits_only_for_llama_70b_at_1k_1k_below_tp8():
     assert on["max_num_batched_tokens"] == 2248
     assert "batch_wait_timeout_iters" not in launch_flags("trtllm", "llama-3.1-70b", 1024, 1024, 16, tp=8)
     assert "batch_wait_timeout_iters" not in launch_flags("trtllm", "llama-3.1-70b", 8192, 1024, 16, tp=4)
+
+
+def _groups(n: int, decoding: int = 2) -> list[GroupScheduler]:
+    groups = [GroupScheduler("trtllm", KvCache(10**6, 32), 64, 8192) for _ in range(n)]
+    for gi, g in enumerate(groups):
+        for j in range(decoding):
+            req = _decoding(100 * gi + j)
+            g.kv.grow(req, 1100)
+            g.running.append(req)
+    return groups
+
+
+def _step(balance, groups):
+    picks = balance.apply([g.schedule(set()) for g in groups], groups)
+    return [_context_ran(p) for p in picks]
+
+
+def test_attention_dp_holds_a_lone_rank_until_the_timeout():
+    """A prompt on one rank of two waits until the count reaches ``timeout_iters``; the count rises on
+    every held step (it had risen 2 steps before the prompt came)."""
+    groups, balance = _groups(2), AttentionDpBalance(timeout_iters=6, batching_wait_iters=0)
+    assert _step(balance, groups) == [False, False] and _step(balance, groups) == [False, False]
+    groups[0].add(Request(10, 0.0, input_len=300, output_len=10))
+    ran = [_step(balance, groups) for _ in range(5)]
+    assert ran[:3] == [[False, False]] * 3 and ran[3] == [True, False]  # count 3, 4, 5 held; 6 runs it
+
+
+def test_attention_dp_runs_at_once_when_every_rank_has_a_prompt_after_the_batching_wait():
+    groups, balance = _groups(2), AttentionDpBalance(timeout_iters=50, batching_wait_iters=2)
+    for gi, g in enumerate(groups):
+        g.add(Request(10 + gi, 0.0, input_len=300, output_len=10))
+    assert [_step(balance, groups) for _ in range(3)] == [[False, False], [False, False], [True, True]]
+
+
+def test_attention_dp_never_waits_with_an_idle_rank():
+    groups = _groups(2)
+    groups[1].running.clear()  # rank 1 decodes nothing: no dead waiting
+    balance = AttentionDpBalance(timeout_iters=50, batching_wait_iters=10)
+    groups[0].add(Request(10, 0.0, input_len=300, output_len=10))
+    assert _step(balance, groups) == [True, False]
+
+
+@pytest.mark.parametrize("start, steps, timeout", [(0, 7, 5), (3, 1, 5), (4, 20, 6), (2, 3, 0)])
+def test_a_folded_decode_run_ticks_the_count_as_step_by_step(start, steps, timeout):
+    groups = _groups(2)
+    stepped, folded = AttentionDpBalance(timeout, 0), AttentionDpBalance(timeout, 0)
+    stepped.waiting = folded.waiting = start
+    for _ in range(steps):
+        stepped.apply([g.schedule(set()) for g in groups], groups)
+    folded.decode_steps(steps, all_gen=True)
+    assert folded.waiting == stepped.waiting
+
+
+@pytest.mark.parametrize("arrival", ["closed", "poisson"])
+def test_fast_path_equals_reference_with_attention_dp_balancing(arrival):
+    ctx = CostContext(get_model("deepseek-v2-lite"), Workload(precision="fp8"), Cluster.simple("h200", 8))
+    plan = ServingPlan.aggregated(megatron_strategy(tp=2, ep=2), workers=1, max_num_seqs=16)
+    rt = get_runtime("trtllm").with_overrides(attention_dp_balance=True, attention_dp_timeout_iters=9,
+                                              attention_dp_batching_wait_iters=2)
+    cfg = _cfg(arrival=arrival, rate=30.0)
+    runs = [simulate_serving(ctx, plan, cfg, runtime=rt, fast=f) for f in (True, False)]
+    key = [(r.steps, r.metrics.ttft_s["mean"], r.metrics.tpot_s["mean"], r.metrics.e2e_s["p90"]) for r in runs]
+    assert key[0] == pytest.approx(key[1], rel=1e-9)
+    off = simulate_serving(ctx, plan, cfg, runtime=get_runtime("trtllm"))
+    assert runs[0].metrics.ttft_s["mean"] > off.metrics.ttft_s["mean"]  # holding prompts costs TTFT
+
+
+def test_bad_attention_dp_balancing_names_the_field():
+    with pytest.raises(ServingInputError, match="attention_dp_timeout_iters"):
+        get_runtime("trtllm").with_overrides(attention_dp_timeout_iters=-1)
+    with pytest.raises(ServingInputError, match="TensorRT-LLM"):
+        get_runtime("sglang").with_overrides(attention_dp_balance=True)
