@@ -25,9 +25,11 @@ class ServingInputError(ValueError):
     """Bad serving input (a config field, a trace file); the message names the field."""
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
-    """One request; times in seconds of simulated time, ``nan`` until they happen."""
+    """One request; times in seconds of simulated time, ``nan`` until they happen. A request is equal
+    only to itself (the schedulers' ``in`` and ``remove`` on their queues compare by identity, not
+    field by field)."""
 
     rid: int
     arrival_s: float
