@@ -87,6 +87,7 @@ def test_the_harness_draws_lengths_as_the_measuring_client_did():
     case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, isl=1024, osl=100,
                         silicon_data_source="x; silicon_concurrency=16"))
     cfg = serving_config(case)
+    assert REQUESTS_PER_CLIENT == 10  # InferenceX sends 10 x concurrency requests
     assert cfg.num_requests == REQUESTS_PER_CLIENT * 16 and cfg.arrival == "closed" and not cfg.stagger
     import numpy as np
 
