@@ -12,7 +12,10 @@ values (copy them into ``simcore/serving/runtime.py``) and ends with one JSON li
 
 Then a fourth, the runtime's request path (``RuntimeProfile.request_s``: HTTP, tokenization, hand-off to
 the scheduler, the first token's way back), on the median ``|log|`` error of the mean TTFT of the same
-runtime's fit rows (``--ttft-rows`` of them). It adds to every TTFT, so each row is simulated once
+runtime's fit rows (``--ttft-rows`` of them) measured by the client the study simulates: InferenceX's
+(rows at its lengths, :data:`validation.studies.serving.launch.HARNESS_LENGTHS`). The other fit rows
+(aiconfigurator's own sweeps, ISL 1000-8000) come from a client whose warm-up, ramp and TTFT
+definition are not documented, so their TTFT cannot tell the request path from the client's. It adds to every TTFT, so each row is simulated once
 without it and the grid is scored on ``simulated + request_s``; that the delay before the scheduler
 barely changes a closed loop's load is what the study's full runs (which simulate it) confirm.
 ``--only-request`` keeps the three host constants as they are and fits this one alone.
@@ -29,13 +32,14 @@ import numpy as np
 
 from simcore.serving import get_runtime
 from validation.studies.serving import load_cases, simulate_case, split_of
+from validation.studies.serving.launch import HARNESS_LENGTHS
 
 __all__ = ["main", "GRID_S"]
 
 GRID_S = (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 9e-3, 12e-3)
 GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6)
 GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
-GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3)
+GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3, 300e-3)
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 
 
@@ -88,7 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{backend}: no fit rows")
             continue
         rt = get_runtime(backend)
-        request_s, ttft_score, ttft_rows = _fit_request_s(_spread(mine, args.ttft_rows), rt)
+        harness = [c for c in mine if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
+        request_s, ttft_score, ttft_rows = _fit_request_s(_spread(harness, args.ttft_rows), rt)
         rt = rt.with_overrides(request_s=request_s)
         print(f"{backend}: request_s = {request_s * 1e3:g} ms ({ttft_rows} rows, median |log error| of TTFT "
               f"{ttft_score:.3f})")

@@ -152,15 +152,18 @@ class RuntimeProfile:
 # its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync,
 # v0.12 or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths,
 # 3 requests per client); at today's client and launch flags their TPOT scores are vLLM 0.19, SGLang 0.41,
-# TensorRT-LLM 0.08 (not refitted). request_s: `python -m validation.fit_serving --only-request` with the
-# measuring client, the harness's launch flags (validation/studies/serving/launch.py) and TensorRT-LLM's
-# memory fraction of the free memory (median |log error| of TTFT on 40 fit rows: vLLM 0.46, SGLang 0.28,
-# TensorRT-LLM 0.46; 14 min). SGLang's 200 ms is far more than an HTTP path and a tokenizer take: it absorbs TTFT
-# the simulator does not explain on those rows (README, serving). Everything else: the sources above.
+# TensorRT-LLM 0.08 (not refitted). request_s: `python -m validation.fit_serving --only-request` on the fit
+# rows InferenceX's client measured, with that client (10 requests per client), the harness's launch flags
+# (validation/studies/serving/launch.py: TensorRT-LLM's batch waiting and attention-DP balancing included)
+# and TensorRT-LLM's memory fraction of the free memory (median |log error| of TTFT: vLLM 0.10 on 40 rows,
+# SGLang 0.10 on 30, TensorRT-LLM 0.16 on 40; 13 min). SGLang's 200 ms is far more than an HTTP path and a
+# tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek-R1 rows (README, serving);
+# TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms. Everything else: the
+# sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6,
-                            request_s=20e-3)
+                            request_s=45e-3)
 
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
@@ -172,7 +175,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
-                             request_s=10e-3, mem_fraction_of_free=True),
+                             request_s=45e-3, mem_fraction_of_free=True),
 }
 
 
