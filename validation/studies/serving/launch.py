@@ -24,8 +24,8 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   ``batch_wait_timeout_iters: 20``, ``batch_wait_max_tokens_ratio: 0.9`` (the script: "For 1k/1k, use
   batch_wait_max_tokens_ratio and batch_wait_timeout_iters will improve the performance"). A later copy
   of the launcher passes ``--max_num_tokens 16384``; which copy ran a row is not recorded. These rows are
-  fit rows, and the choice was made on them (in sample): on their 24 1k/1k rows the ``MAX_MODEL_LEN`` copy
-  puts 16 within 15% of the measured TTFT, the 16384 copy 7.
+  fit rows, and the choice was made on them (in sample, 4 requests per client): on their 24 1k/1k rows
+  the ``MAX_MODEL_LEN`` copy puts 16 within 15% of the measured TTFT, the 16384 copy 7.
 - vLLM, Kimi-K2.5 and MiniMax-M2.5 (``kimik2.5_int4_h200.sh``, ``minimaxm2.5_fp8_h200.sh``):
   ``--gpu-memory-utilization 0.95``; the token budget is vLLM's default (a later MiniMax script raises
   it with the concurrency; which copy ran a row is not recorded, so the default stays).
