@@ -151,8 +151,8 @@ class RuntimeProfile:
 # the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
 # its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync,
 # v0.12 or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths,
-# 3 requests per client); at today's client and launch flags their TPOT scores are vLLM 0.19, SGLang 0.41,
-# TensorRT-LLM 0.08 (not refitted). request_s: `python -m validation.fit_serving --only-request` on the fit
+# 3 requests per client); at today's client (10 requests per client) and launch flags their TPOT scores on
+# 24 fit rows are vLLM 0.20, SGLang 0.39, TensorRT-LLM 0.06 (not refitted). request_s: `python -m validation.fit_serving --only-request` on the fit
 # rows InferenceX's client measured, with that client (10 requests per client), the harness's launch flags
 # (validation/studies/serving/launch.py: TensorRT-LLM's batch waiting and attention-DP balancing included)
 # and TensorRT-LLM's memory fraction of the free memory (median |log error| of TTFT: vLLM 0.10 on 40 rows,
