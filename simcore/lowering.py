@@ -39,7 +39,7 @@ from .strategy import Strategy
 from .workload import Workload
 from .xp import SCALAR
 
-__all__ = ["StrategyArrays", "Task", "CostContext", "lower", "attention_dims"]
+__all__ = ["StrategyArrays", "Task", "CostContext", "lower", "attention_dims", "routed_experts", "expert_gemm_s"]
 
 
 @dataclass
@@ -116,6 +116,23 @@ class CostContext:
     routing: object | None = None
 
 
+def routed_experts(routed, experts, xp=np):
+    """``(p_active, per_expert)``: the share of ``experts`` experts that receive at least one of ``routed``
+    token copies routed uniformly at random, and the copies each of those gets (expected counts)."""
+    p_active = 1.0 - (1.0 - 1.0 / experts) ** routed
+    return p_active, routed / experts / xp.maximum(p_active, 1e-30)
+
+
+def expert_gemm_s(m, n, k, active, gpu, precision: str, weight_bytes=None, flops_per_s=None, xp=np):
+    """One grouped expert GEMM over ``active`` experts of ``m`` tokens each: a dense GEMM's time
+    (:func:`~simcore.kernels.gemm_time_s`), or, where the kernel's tensor-core rate on its useful
+    work ``flops_per_s`` is given (a serving runtime's own MoE kernel), at least that work at that rate."""
+    time = gemm_time_s(m, n, k, gpu, precision, count=active, weight_bytes=weight_bytes)
+    if flops_per_s is None:
+        return time
+    return xp.maximum(time, 2.0 * m * n * k * active / flops_per_s + gpu.kernel_overhead_s)
+
+
 def attention_dims(model: ModelSpec, phase: str) -> tuple[int, int]:
     """Per-head (score, value) widths of the attention core. MLA decodes with absorbed weights over
     its compressed latent (DeepSeek-V3 inference); prefill uses the full per-head dims."""
@@ -152,6 +169,7 @@ class _Lowerer:
         self.m, self.w, self.gpu = ctx.model, ctx.workload, ctx.cluster.gpu
         if ctx.workload.cuda_graphs:  # replayed kernels: no launch, only ramp-up and tail (simcore.host)
             self.gpu = self.gpu.with_overrides(kernel_overhead_s=kernel_fixed_s(self.gpu, ctx.workload))
+        self.expert_flops_per_s = None  # a serving runtime's own MoE kernel rate (expert_gemm_s), else dense
         self.ops = model_ops(ctx.model)
         v = self.s
         self.t = float(v.tp) if self.scalar else v.tp.astype(float)
@@ -209,15 +227,14 @@ class _Lowerer:
         e_total = slots * self.s.ep
         # token copies routed to this GPU's experts, scaled by its routing load (1 = uniform)
         routed = tokens * self.s.ep * self.m.top_k * self.expert_load
-        p_active = 1.0 - (1.0 - 1.0 / e_total) ** routed
+        p_active, per_expert = routed_experts(routed, e_total, self.xp)
         active = slots * p_active
-        per_expert = routed / e_total / self.xp.maximum(p_active, 1e-30)
         # replicated: the tensor-parallel ranks split the tokens (an expected count, so no ceil)
         m = self.xp.where(c == REPLICATED, per_expert / self.t, per_expert)
         k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
         n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
-        time = gemm_time_s(m, n, k, self.gpu, self.w.precision, count=active,
-                           weight_bytes=self.w.expert_weight_bytes)
+        time = expert_gemm_s(m, n, k, active, self.gpu, self.w.precision, self.w.expert_weight_bytes,
+                             self.expert_flops_per_s, self.xp)
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
 
     def _attention(self) -> Task:

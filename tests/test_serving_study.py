@@ -2,11 +2,12 @@
 
 import csv
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from validation.studies.serving import FIT_MODELS, run, split_of
+from validation.studies.serving import FIT_MODELS, duplicates, load_cases, run, split_of
 from validation.studies.serving.mapping import map_row
 
 _BASE = {"source_url": "x", "id": "row", "backend": "vllm", "backend_version": "0.12.0", "system": "h200_sxm",
@@ -105,6 +106,44 @@ def test_unknown_model_and_system_are_skipped_with_why():
 def test_split_is_by_model():
     assert split_of({"model_path": FIT_MODELS[0]}) == "fit"
     assert split_of({"model_path": "openai/gpt-oss-120b"}) == "test"
+
+
+def test_no_measurement_of_the_shipped_sample_is_in_both_sets():
+    """The sample lists DeepSeek-R1's runs under DeepSeek-V3 too: a split by model must not score the same
+    measurement in the test set that the fit saw."""
+    from validation.studies.serving import measurement_key
+    cases = load_cases(Path(__file__).resolve().parents[1] / "validation" / "data" / "serving_h200_measured.csv")
+    sets: dict[tuple, set[str]] = {}
+    for case in cases:
+        sets.setdefault(measurement_key(case.row), set()).add(split_of(case.row))
+    assert all(len(s) == 1 for s in sets.values())
+    assert sum(bool(d) for d in duplicates(cases)) > 100  # the sample's repeats exist and are found
+
+
+def test_duplicates_keep_the_first_simulable_row_and_ignore_float_noise():
+    base = dict(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1)
+    rows = [_row(id="a", system="mi300x", **base), _row(id="b", **base),
+            _row(id="c", silicon_ttft_ms="100.00000000000001", **base),
+            _row(id="d", silicon_ttft_ms="100.1", **base), _row(id="e", isl=2000, **base)]
+    cases = [map_row(r) for r in rows]
+    assert cases[0].skip and not cases[1].skip
+    assert duplicates(cases) == ["b", "", "b", "", ""]
+
+
+def test_run_scores_each_measurement_once(tmp_path):
+    one = _row(id="x", model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1,
+               silicon_data_source="silicon_concurrency=4", isl=256, osl=16)
+    data = tmp_path / "in.csv"
+    with data.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(one))
+        writer.writeheader()
+        writer.writerows([one, dict(one, id="y")])
+    summary = run(data, tmp_path / "out", SimpleNamespace(jobs=1))
+    out = list(csv.DictReader((tmp_path / "out" / "rows.csv").open()))
+    assert [r["duplicate_of"] for r in out] == ["", "x"]
+    assert out[1]["skipped_reason"] == "duplicate measurement" and out[1]["sim_ttft_ms"] == "nan"
+    assert summary["all"] == {**summary["all"], "rows": 1, "simulated": 1}
+    assert summary["duplicates"] == 1 and summary["simulated_share"] == 1.0 and summary["skipped"] == {}
 
 
 def test_run_writes_rows_and_summary(tmp_path):

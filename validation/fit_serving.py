@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from simcore.serving import get_runtime
-from validation.studies.serving import load_cases, simulate_case, split_of
+from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
 from validation.studies.serving.launch import HARNESS_LENGTHS
 
 __all__ = ["main", "GRID_S"]
@@ -41,6 +41,7 @@ GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6)
 GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
 GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3, 300e-3)
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
+_RUNTIMES = ("vllm-sync", "vllm", "sglang", "trtllm")
 
 
 def _score(cases, runtime) -> float:
@@ -80,13 +81,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", type=int, default=24, help="fit rows per backend (spread evenly)")
     parser.add_argument("--ttft-rows", type=int, default=40, help="fit rows per backend for request_s")
     parser.add_argument("--only-request", action="store_true", help="fit request_s alone (module doc)")
+    parser.add_argument("--runtimes", nargs="+", choices=_RUNTIMES, default=list(_RUNTIMES),
+                        help="fit these runtime profiles only (the others keep their values)")
     args = parser.parse_args(argv)
-    cases = [c for c in load_cases(args.data) if not c.skip]
+    every = load_cases(args.data)
+    cases = [c for c, dup in zip(every, duplicates(every), strict=True) if not c.skip and not dup]  # each run once
     test = [c for c in cases if split_of(c.row) != "fit"]
     fit = [c for c in cases if split_of(c.row) == "fit"]
     print(f"{len(fit)} fit rows used, {len(test)} test rows refused (never simulated here)")
     fitted = {}
-    for backend in ("vllm-sync", "vllm", "sglang", "trtllm"):
+    for backend in args.runtimes:
         mine = [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
         if not mine:
             print(f"{backend}: no fit rows")

@@ -54,6 +54,17 @@ A profile holds few physical numbers, each with its source:
   (``PyExecutor._waiting_requests``; the count is the scheduler's, reset when the context requests run).
   Off in every profile; set per launch (InferenceX's Llama-3.3-70B TensorRT-LLM runs at 1k/1k below TP 8
   use 20 and 0.9, ``validation/studies/serving/launch.py``).
+- ``moe_gemm_efficiency``: the runtime's grouped expert-GEMM kernel's tensor-core rate on its useful
+  work (``2 m n k`` per expert) as a share of a dense GEMM's (``GpuSpec.gemm_efficiency``, fitted on
+  cuBLAS/CUTLASS/DeepGEMM GEMMs): an expert GEMM takes at least that work at that rate
+  (:func:`simcore.lowering.expert_gemm_s`). At decode sizes the useful work is tiny and the weights'
+  reads (or the padded tiles) set the time as before; a long prefill's experts are bound by it. vLLM and
+  SGLang run MoE layers on Hopper through Triton's
+  ``fused_moe`` (sorted-token gather, ``BLOCK_SIZE_M`` padding per expert, no warp specialization): the
+  published timings of that kernel at 512-4096 tokens (``validation/data/kernels_fused_moe_published.csv``:
+  vLLM's ``benchmark_moe.py`` and SGLang's tuning script on H100 and H200) reach ~0.35 of what a dense GEMM
+  of the same shapes would (``python -m validation.fit_moe_kernels``). TensorRT-LLM runs CUTLASS grouped
+  GEMMs: 1, as dense.
 - ``attention_dp_balance``, ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``:
   TensorRT-LLM's attention-DP balancing (``attention_dp_config``: ``enable_balance`` off,
   ``timeout_iters`` 50, ``batching_wait_iters`` 10 by default), for workers with attention DP: context
@@ -106,6 +117,7 @@ class RuntimeProfile:
     attention_dp_balance: bool = False
     attention_dp_timeout_iters: int = 50
     attention_dp_batching_wait_iters: int = 10
+    moe_gemm_efficiency: float = 1.0
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -116,6 +128,9 @@ class RuntimeProfile:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         if min(self.step_host_s, self.launch_s, self.graph_kernel_s, self.step_host_per_seq_s, self.request_s) < 0:
             raise ServingInputError(f"runtime {self.name}: host, launch, graph and request times must be >= 0")
+        if not 0 < self.moe_gemm_efficiency <= 1:
+            raise ServingInputError(f"runtime {self.name}: moe_gemm_efficiency must be in (0, 1], "
+                                    f"got {self.moe_gemm_efficiency}")
         if not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
         if self.batch_wait_timeout_iters < 0 or not 0 <= self.batch_wait_max_tokens_ratio <= 1:
@@ -134,6 +149,13 @@ class RuntimeProfile:
             if getattr(self, f) < (0 if f == "graph_max_tokens" else 1):
                 raise ServingInputError(f"runtime {self.name}: {f} must be positive, got {getattr(self, f)}")
 
+    def expert_flops_per_s(self, gpu, precision: str) -> float | None:
+        """The tensor-core rate of this runtime's grouped expert kernels on their useful work
+        (``moe_gemm_efficiency`` of a dense GEMM's), or None where they run as dense GEMMs do."""
+        if self.moe_gemm_efficiency == 1.0:
+            return None
+        return gpu.peak_flops_per_s[precision] * gpu.gemm_efficiency[precision] * self.moe_gemm_efficiency
+
     def uses_graph(self, tokens: int, has_prefill: bool) -> bool:
         """Whether a step of ``tokens`` tokens replays a CUDA graph."""
         if has_prefill and self.graph_decode_only:
@@ -147,23 +169,26 @@ class RuntimeProfile:
         return dataclasses.replace(self, **changes)
 
 
-# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set of
-# the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
-# its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync,
-# v0.12 or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths,
-# 3 requests per client); at today's client (10 requests per client) and launch flags their TPOT scores on
-# 24 fit rows are vLLM 0.20, SGLang 0.39, TensorRT-LLM 0.06 (not refitted). request_s: `python -m validation.fit_serving --only-request` on the fit
-# rows InferenceX's client measured, with that client (10 requests per client), the harness's launch flags
-# (validation/studies/serving/launch.py: TensorRT-LLM's batch waiting and attention-DP balancing included)
-# and TensorRT-LLM's memory fraction of the free memory (median |log error| of TTFT: vLLM 0.10 on 40 rows,
-# SGLang 0.10 on 30, TensorRT-LLM 0.16 on 40; 13 min). SGLang's 200 ms is far more than an HTTP path and a
-# tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek-R1 rows (README, serving);
+# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set
+# of the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
+# its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync, v0.12
+# or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths, 3
+# requests per client); not refitted since. moe_gemm_efficiency (vLLM, SGLang): `python -m
+# validation.fit_moe_kernels` on published Triton fused_moe timings at 512-4096 tokens (16 rows of two
+# sources, median |log error| 0.148, 0.407 at 1.0), not on serving rows. request_s: `python -m
+# validation.fit_serving --only-request` on the fit rows InferenceX's client measured, with that client (10
+# requests per client), the harness's launch flags (validation/studies/serving/launch.py: TensorRT-LLM's batch
+# waiting and attention-DP balancing included) and TensorRT-LLM's memory fraction of the free memory. vLLM 45
+# ms (median |log error| of TTFT 0.10 on 40 rows) and TensorRT-LLM 45 ms (0.16 on 40) were fitted before the
+# study scored each measurement once; SGLang's 160 ms was refitted after, with moe_gemm_efficiency
+# (`--runtimes sglang`, 2.6 min: 0.090 on its 15 distinct rows). 160 ms is still far more than an HTTP path
+# and a tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (README, serving);
 # TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms. Everything else: the
 # sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6,
-                            request_s=45e-3)
+                            request_s=45e-3, moe_gemm_efficiency=0.35)
 
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
@@ -171,7 +196,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
                              kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
-                             request_s=200e-3),
+                             request_s=160e-3, moe_gemm_efficiency=0.35),
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,

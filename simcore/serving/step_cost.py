@@ -105,6 +105,8 @@ class StepCost:
         s = self.strategy
         low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len)
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
+        if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
+            low.expert_flops_per_s = self.runtime.expert_flops_per_s(low.gpu, self.w.precision)
         blocks = {"first": low.first(), "last": low.last(), "p2p": low.p2p()}
         if self.model.num_dense_layers:
             blocks["dense_layer"] = low.layer(moe=False)

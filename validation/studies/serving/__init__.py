@@ -21,6 +21,12 @@ Fit and test: the runtime profiles' host cost per step is fitted (``python -m va
 on the rows of the models in :data:`FIT_MODELS` only; every other model's rows are the test set. The
 study labels each row and reports both sets, test first.
 
+One measurement, one row: the sample lists some InferenceX runs more than once (under its database
+dump and under two daily source files, and DeepSeek-R1's runs also as ``deepseek-ai/DeepSeek-V3``, ids
+``dsr1_*``). Rows with the same backend, mode, lengths, concurrency and measured TTFT and TPOT (to six
+significant digits, :func:`measurement_key`) are one measurement: the first that maps to a simulation is
+simulated and scored, the others are written with ``duplicate_of`` its id and left out of every count.
+
 Writes ``rows.csv`` (the input columns plus ``set``, ``sim_ttft_ms``, ``sim_tpot_ms``,
 ``ttft_rel_error``, ``tpot_rel_error``, ``skipped_reason``) and ``summary.json``; prints per-backend
 and per-mode tables and ends with one JSON line (printed by the app).
@@ -31,6 +37,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -40,19 +47,51 @@ from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_ser
 from .mapping import RowCase, map_row
 
 __all__ = ["run", "simulate_case", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
-           "summarize_rows", "RANGE_RATIO", "REQUESTS_PER_CLIENT"]
+           "summarize_rows", "RANGE_RATIO", "REQUESTS_PER_CLIENT", "measurement_key", "duplicates"]
 
 #: Models whose rows the runtime fit may use; every other model's rows are the test set. Every backend
 #: is covered, and so are host-bound rows (a small model at hundreds of sequences), without which the
 #: host cost per sequence cannot be told from zero.
+#: ``deepseek-ai/DeepSeek-V3`` is fit with DeepSeek-R1: its rows are InferenceX's DeepSeek-R1 runs (ids
+#: ``dsr1_*``), most of them the very measurements of DeepSeek-R1 rows, of the same architecture.
 FIT_MODELS = ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct", "nvidia/Llama-3.1-8B-Instruct-FP8",
-              "deepseek-ai/DeepSeek-R1", "Qwen/Qwen3-235B-A22B-FP8")
+              "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-235B-A22B-FP8")
 
-_OUT_COLUMNS = ("set", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error", "tpot_rel_error", "skipped_reason")
+_OUT_COLUMNS = ("set", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error", "tpot_rel_error", "skipped_reason",
+                "duplicate_of")
 
 
 def split_of(row: dict) -> str:
     return "fit" if row.get("model_path", "").strip() in FIT_MODELS else "test"
+
+
+def measurement_key(row: dict) -> tuple:
+    """What one measurement is (module doc): rows with equal keys are the same run listed twice."""
+
+    def sig(text) -> str:  # the sample's copies of one run differ in the last bits of their floats
+        try:
+            return f"{float(text):.6g}"
+        except (TypeError, ValueError):
+            return str(text).strip()
+
+    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    return (row.get("backend", "").strip(), row.get("mode", "").strip(), sig(row.get("isl")), sig(row.get("osl")),
+            found.group(1) if found else "", sig(row.get("silicon_ttft_ms")), sig(row.get("silicon_tpot_ms")))
+
+
+def duplicates(cases: list[RowCase]) -> list[str]:
+    """Per case, ``""`` or the id of the row that stands for its measurement (module doc): in each group
+    of equal :func:`measurement_key`, the first case that maps to a simulation, else the first."""
+    groups: dict[tuple, list[int]] = {}
+    for i, case in enumerate(cases):
+        groups.setdefault(measurement_key(case.row), []).append(i)
+    out = [""] * len(cases)
+    for members in groups.values():
+        keep = next((i for i in members if not cases[i].skip), members[0])
+        for i in members:
+            if i != keep:
+                out[i] = cases[keep].row.get("id", "") or f"row {keep + 1}"
+    return out
 
 
 def load_cases(path: Path) -> list[RowCase]:
@@ -100,7 +139,9 @@ def _rel(sim: float, measured: float) -> float:
 
 
 def summarize_rows(rows: list[dict]) -> dict:
-    """Median |error| of TTFT and TPOT and row counts, for the rows given."""
+    """Median |error| of TTFT and TPOT and row counts, for the rows given, each measurement once (rows
+    with a ``duplicate_of`` are left out)."""
+    rows = [r for r in rows if not r.get("duplicate_of")]
     done = [r for r in rows if not r["skipped_reason"]]
     tt = [abs(float(r["ttft_rel_error"])) for r in done]
     tp = [abs(float(r["tpot_rel_error"])) for r in done]
@@ -141,14 +182,17 @@ def _simulate_all(cases: list[RowCase], jobs: int | None) -> list[tuple[float, f
 
 def run(data: Path, out: Path, study=None) -> dict:
     cases = load_cases(data)
-    results = _simulate_all(cases, getattr(study, "jobs", None))
+    dup = duplicates(cases)
+    unique = [c for c, d in zip(cases, dup, strict=True) if not d]
+    simulated = iter(_simulate_all(unique, getattr(study, "jobs", None)))
     rows = []
-    for case, (ttft, tpot, reason) in zip(cases, results, strict=True):
+    for case, duplicate_of in zip(cases, dup, strict=True):
+        ttft, tpot, reason = (math.nan, math.nan, "duplicate measurement") if duplicate_of else next(simulated)
         row = dict(case.row)
         row["set"] = split_of(row)
         m_ttft, m_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
         row.update(sim_ttft_ms=ttft * 1e3, sim_tpot_ms=tpot * 1e3, ttft_rel_error=_rel(ttft * 1e3, m_ttft),
-                   tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason)
+                   tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason, duplicate_of=duplicate_of)
         rows.append(row)
         if not reason:
             print(f"{row['set']:4s} {row['backend']:6s} {row['mode']:6s} {case.model:16s} "
@@ -167,16 +211,18 @@ def run(data: Path, out: Path, study=None) -> dict:
         _table(f"{name} set, by backend", _group(part, lambda r: r["backend"]))
         _table(f"{name} set, by mode", _group(part, lambda r: r["mode"]))
     summary["all"] = summarize_rows(rows)
-    summary["simulated_share"] = summary["all"]["simulated"] / max(len(rows), 1)
+    summary["simulated_share"] = summary["all"]["simulated"] / max(summary["all"]["rows"], 1)
+    summary["duplicates"] = sum(bool(d) for d in dup)
     summary["by_backend"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["backend"]).items()}
     summary["by_mode"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["mode"]).items()}
     skipped: dict[str, int] = {}
     for r in rows:
-        if r["skipped_reason"]:
+        if r["skipped_reason"] and not r["duplicate_of"]:
             skipped[r["skipped_reason"]] = skipped.get(r["skipped_reason"], 0) + 1
     summary["skipped"] = skipped
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     print(f"\nskipped: {sum(skipped.values())} rows; " + "; ".join(f"{v} x {k}" for k, v in skipped.items()))
+    print(f"duplicates: {summary['duplicates']} rows repeat another row's measurement, scored once")
     return summary
 
 

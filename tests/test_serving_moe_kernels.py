@@ -1,0 +1,93 @@
+"""The serving runtimes' grouped expert-GEMM efficiency: where it applies, and the fit that sets it."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from simcore.cluster import Cluster
+from simcore.lowering import CostContext
+from simcore.models import get_model
+from simcore.serving import GroupBatch, ServingInputError, StepCost, get_runtime
+from simcore.strategy import megatron_strategy
+from simcore.workload import Workload
+from validation import fit_moe_kernels
+
+
+def _cost(model: str, efficiency: float | None, tp: int = 8) -> StepCost:
+    ctx = CostContext(get_model(model), Workload(precision="fp8"), Cluster.simple("h200", 8))
+    rt = None if efficiency is None else get_runtime("trtllm").with_overrides(moe_gemm_efficiency=efficiency)
+    return StepCost(ctx, megatron_strategy(tp=tp), rt)
+
+
+def _step_s(cost: StepCost, batch: GroupBatch) -> float:
+    return sum(cost.stage_times([batch])[0])
+
+
+PREFILL = GroupBatch.of([(8192, 0)], [], 1)
+DECODE = GroupBatch.of([], [1000] * 4, 4)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
+def test_an_efficiency_outside_zero_one_is_a_one_line_error(bad):
+    with pytest.raises(ServingInputError, match="moe_gemm_efficiency"):
+        get_runtime("vllm").with_overrides(moe_gemm_efficiency=bad)
+
+
+def test_efficiency_one_prices_experts_as_the_lowering_does():
+    """At 1 the runtime leaves the expert GEMMs as the runtime-free lowering (the proxy's) prices them."""
+    plain, one = _cost("deepseek-v3", None), _cost("deepseek-v3", 1.0)
+    assert one.runtime.expert_flops_per_s(one.gpu, "fp8") is None
+    assert _expert_times(one, 8192) == _expert_times(plain, 8192)
+
+
+def _expert_times(cost: StepCost, tokens: int) -> list[float]:
+    """The expert GEMM tasks of one MoE layer as ``cost`` lowers a step of ``tokens`` tokens."""
+    from simcore.serving.step_cost import _NoAttention
+
+    low = _NoAttention(cost.ctx, cost._arrays, "prefill", cost.w.input_len)
+    low.tokens, low.seqs = float(tokens), 1.0
+    if cost.runtime is not None:
+        low.expert_flops_per_s = cost.runtime.expert_flops_per_s(low.gpu, cost.w.precision)
+    return [float(t.time_s) for t in low.layer(moe=True) if t.name.startswith("expert_ffn")]
+
+
+def test_a_slower_expert_kernel_slows_a_long_prefill_far_more_than_a_small_decode():
+    """Compute-bound experts (8192 tokens) slow by up to 1 / efficiency; a 4-sequence decode step's useful
+    expert work is tiny, its weights' reads set its time, and it does not move."""
+    fast, slow = _cost("deepseek-v3", 1.0), _cost("deepseek-v3", 0.4)
+    experts = sum(_expert_times(slow, 8192)) / sum(_expert_times(fast, 8192))
+    assert 1.3 < experts <= 1 / 0.4 + 1e-9
+    assert _step_s(slow, PREFILL) > 1.1 * _step_s(fast, PREFILL)
+    assert _step_s(slow, DECODE) == pytest.approx(_step_s(fast, DECODE), rel=1e-12)
+
+
+def test_a_dense_model_is_untouched():
+    assert _step_s(_cost("llama-3.1-70b", 0.4), PREFILL) == _step_s(_cost("llama-3.1-70b", 1.0), PREFILL)
+
+
+def test_the_shipped_value_is_what_the_fit_chooses_on_the_shipped_timings():
+    result = fit_moe_kernels.main([])
+    assert result["moe_gemm_efficiency"] == get_runtime("vllm").moe_gemm_efficiency
+    assert get_runtime("sglang").moe_gemm_efficiency == get_runtime("vllm").moe_gemm_efficiency
+    assert result["median_abs_log_error"] < result["median_abs_log_error_at_1"]
+
+
+def test_the_fit_refuses_test_rows_and_names_a_bad_value(tmp_path):
+    rows = list(csv.DictReader(fit_moe_kernels._DATA.open()))
+    big = [r for r in rows if int(r["M_tokens"]) >= 1024][:2]
+    path = tmp_path / "t.csv"
+
+    def write(rows):
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+    write([dict(big[0], split="test"), big[1]])
+    with pytest.raises(SystemExit, match="test row"):
+        fit_moe_kernels.main(["--data", str(path)])
+    write([dict(big[0], time_us="fast"), big[1]])
+    with pytest.raises(SystemExit, match="line 2"):
+        fit_moe_kernels.main(["--data", str(path)])
