@@ -88,6 +88,8 @@ def test_the_fit_refuses_test_rows_and_names_a_bad_value(tmp_path):
     write([dict(big[0], split="test"), big[1]])
     with pytest.raises(SystemExit, match="test row"):
         fit_moe_kernels.main(["--data", str(path)])
+    with pytest.raises(SystemExit, match="--data .*missing.csv"):
+        fit_moe_kernels.main(["--data", str(tmp_path / "missing.csv")])
     write([dict(big[0], time_us="fast"), big[1]])
     with pytest.raises(SystemExit, match="line 2"):
         fit_moe_kernels.main(["--data", str(path)])

@@ -65,8 +65,11 @@ def fused_moe_s(gpu, tokens: int, experts: int, n: int, k: int, topk: int, preci
 
 def load_rows(path: Path) -> list[dict]:
     """The rows the fit can use (module doc), each with ``gpu_spec``, the ints and ``seconds``."""
-    with Path(path).open(newline="") as f:
-        raw = list(csv.DictReader(f))
+    try:
+        with Path(path).open(newline="") as f:
+            raw = list(csv.DictReader(f))
+    except OSError as exc:
+        raise SystemExit(f"error: --data {path}: {exc.strerror or exc}") from None
     need = ("source_url", "gpu", "kernel", "E", "N", "hidden_K", "topk", "dtype", "M_tokens", "time_us")
     missing = [c for c in need if raw and c not in raw[0]]
     if missing:
