@@ -74,6 +74,27 @@ def test_the_shipped_value_is_what_the_fit_chooses_on_the_shipped_timings():
     assert result["median_abs_log_error"] < result["median_abs_log_error_at_1"]
 
 
+def test_trtllm_value_is_what_the_fit_chooses_on_the_measured_cutlass_grouped_gemms():
+    """TensorRT-LLM's value comes from this project's H100 timings of CUTLASS grouped GEMMs at prefill sizes."""
+    result = fit_moe_kernels.main(["--runtime", "trtllm"])
+    assert result["moe_gemm_efficiency"] == get_runtime("trtllm").moe_gemm_efficiency
+    assert result["rows"] >= 60 and result["median_abs_log_error"] < result["median_abs_log_error_at_1"]
+
+
+def test_the_grouped_loader_takes_one_dtype_and_names_a_bad_shape(tmp_path):
+    rows = list(csv.DictReader(fit_moe_kernels._GROUPED_DATA.open()))
+    loaded = fit_moe_kernels.load_grouped_rows(fit_moe_kernels._GROUPED_DATA)
+    assert loaded and {r["precision"] for r in loaded} == {"bf16"} and {r["gpu"] for r in loaded} == {"h100-sxm"}
+    assert len(fit_moe_kernels.load_grouped_rows(fit_moe_kernels._GROUPED_DATA, "FP8 e4m3")) == len(rows) - len(loaded)
+    path = tmp_path / "g.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows([rows[0], dict(rows[1], shape_or_size="b=8 m=4 n=512")])
+    with pytest.raises(SystemExit, match="line 3: shape_or_size"):
+        fit_moe_kernels.load_grouped_rows(path)
+
+
 def test_the_fit_refuses_test_rows_and_names_a_bad_value(tmp_path):
     rows = list(csv.DictReader(fit_moe_kernels._DATA.open()))
     big = [r for r in rows if int(r["M_tokens"]) >= 1024][:2]

@@ -9,7 +9,14 @@ import pytest
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.models import get_model
-from simcore.serving import LengthDist, ServingConfig, ServingInputError, ServingPlan, get_runtime, simulate_serving
+from simcore.serving import (
+    LengthDist,
+    ServingConfig,
+    ServingInputError,
+    ServingPlan,
+    get_runtime,
+    simulate_serving,
+)
 from simcore.serving.kvcache import KvCache
 from simcore.serving.requests import Request
 from simcore.serving.scheduler import AttentionDpBalance, GroupScheduler

@@ -155,10 +155,13 @@ def _copies(torch, quick: bool, repeats: int, note: str):
                    note + f"; {mib} MiB copied, size counts bytes read + written")
 
 
-def kernel_args(description: str, argv: list[str] | None, quick: bool = False):
-    """``(args, torch, props, note)`` of a kernel-timing script (``--out``, ``--repeats``, and
-    ``--quick`` if asked), or ``None`` after a one-line error when there is no CUDA device."""
+def kernel_args(description: str, argv: list[str] | None, quick: bool = False, extend=None):
+    """``(args, torch, props, note)`` of a kernel-timing script (``--out``, ``--repeats``, ``--quick``
+    if asked, and whatever ``extend(parser)`` adds), or ``None`` after a one-line error when there is
+    no CUDA device."""
     parser = argparse.ArgumentParser(description=description)
+    if extend is not None:
+        extend(parser)
     parser.add_argument("--out", type=Path, required=True, help="CSV to write (kernels schema)")
     if quick:
         parser.add_argument("--quick", action="store_true", help="a few shapes of each kind")

@@ -1,9 +1,11 @@
-"""Time grouped expert GEMMs at decode sizes on a local GPU, as rows of the kernels CSV schema.
+"""Time grouped expert GEMMs on a local GPU, as rows of the kernels CSV schema.
 
-``python -m validation.measure_moe --out PATH``  (needs torch >= 2.8 with CUDA on a Hopper GPU)
+``python -m validation.measure_moe --out PATH [--tokens 1 4 16 64] [--experts 8 32 128]``
+(needs torch >= 2.8 with CUDA on a Hopper GPU)
 
 A serving runtime's MoE layer at decode runs every active expert's GEMM in one grouped kernel
-(vLLM's and SGLang's fused MoE, TensorRT-LLM's CUTLASS MoE), each expert seeing a handful of tokens.
+(vLLM's and SGLang's fused MoE, TensorRT-LLM's CUTLASS MoE), each expert seeing a handful of tokens; at
+prefill (``--tokens 128 512 2048``) each sees hundreds to thousands, the regime of a chunked prefill.
 This times that kernel shape with PyTorch's own grouped GEMMs: ``torch._grouped_mm`` (BF16, CUTLASS
 grouped GEMM on sm90) and ``torch._scaled_grouped_mm`` (FP8 e4m3, row-wise scales), ``b`` experts of
 ``m`` tokens each (``offs`` marks the groups of a ``[b * m, k]`` input against ``[b, k, n]``
@@ -49,19 +51,24 @@ def _grouped(torch, b: int, m: int, n: int, k: int, fp8: bool):
     return lambda: torch._scaled_grouped_mm(a8, w8, sa, sb, offs=offs, out_dtype=torch.bfloat16)
 
 
+def _grid_args(parser) -> None:
+    parser.add_argument("--tokens", type=int, nargs="+", default=TOKENS, help="tokens per expert")
+    parser.add_argument("--experts", type=int, nargs="+", default=EXPERTS, help="experts per grouped kernel")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ready = kernel_args(__doc__.splitlines()[0], argv)
+    ready = kernel_args(__doc__.splitlines()[0], argv, extend=_grid_args)
     if ready is None:
         return 2
     args, torch, props, note = ready
     rows, failed = [], []
     for label, n, k in SHAPES:
         for fp8 in (False, True):
-            for b in EXPERTS:
-                for m in TOKENS:
+            for b in args.experts:
+                for m in args.tokens:
                     try:
                         seconds = _time_s(torch, _grouped(torch, b, m, n, k, fp8), args.repeats)
-                    except (RuntimeError, TypeError) as err:  # a grouped path this torch or GPU lacks
+                    except (RuntimeError, TypeError) as err:  # a grouped path this torch or GPU lacks (or OOM)
                         failed.append(f"{label} fp8={fp8} b={b} m={m}: {str(err).splitlines()[0][:120]}")
                         continue
                     kernel = "GEMM torch._scaled_grouped_mm (CUTLASS grouped)" if fp8 else \

@@ -64,7 +64,10 @@ A profile holds few physical numbers, each with its source:
   published timings of that kernel at 512-4096 tokens (``validation/data/kernels_fused_moe_published.csv``:
   vLLM's ``benchmark_moe.py`` and SGLang's tuning script on H100 and H200) reach ~0.35 of what a dense GEMM
   of the same shapes would (``python -m validation.fit_moe_kernels``). TensorRT-LLM runs CUTLASS grouped
-  GEMMs: 1, as dense.
+  GEMMs: this project's H100 timings of that kernel family (``torch._grouped_mm``, BF16, 8-128 experts x
+  128-2,048 tokens at the serving sample's MoE expert shapes) reach ~0.70 (``python -m
+  validation.fit_moe_kernels --runtime trtllm``): short-``k`` down projections and partial tiles cost more
+  in a grouped kernel than in one dense GEMM.
 - ``attention_dp_balance``, ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``:
   TensorRT-LLM's attention-DP balancing (``attention_dp_config``: ``enable_balance`` off,
   ``timeout_iters`` 50, ``batching_wait_iters`` 10 by default), for workers with attention DP: context
@@ -175,7 +178,8 @@ class RuntimeProfile:
 # or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths, 3
 # requests per client); not refitted since. moe_gemm_efficiency (vLLM, SGLang): `python -m
 # validation.fit_moe_kernels` on published Triton fused_moe timings at 512-4096 tokens (16 rows of two
-# sources, median |log error| 0.148, 0.407 at 1.0), not on serving rows. request_s: `python -m
+# sources, median |log error| 0.148, 0.407 at 1.0), not on serving rows; TensorRT-LLM: `--runtime trtllm` on
+# this project's H100 CUTLASS grouped-GEMM timings (90 BF16 rows at >= 128 tokens per expert, 0.145, 0.265). request_s: `python -m
 # validation.fit_serving --only-request` on the fit rows InferenceX's client measured, with that client (10
 # requests per client), the harness's launch flags (validation/studies/serving/launch.py: TensorRT-LLM's batch
 # waiting and attention-DP balancing included) and TensorRT-LLM's memory fraction of the free memory. vLLM 45
@@ -200,7 +204,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
-                             request_s=45e-3, mem_fraction_of_free=True),
+                             request_s=45e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70),
 }
 
 
