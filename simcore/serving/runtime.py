@@ -172,23 +172,23 @@ class RuntimeProfile:
         return dataclasses.replace(self, **changes)
 
 
-# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set
-# of the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on
-# its 20 rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync, v0.12
-# or unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths, 3
-# requests per client); not refitted since. moe_gemm_efficiency (vLLM, SGLang): `python -m
-# validation.fit_moe_kernels` on published Triton fused_moe timings at 512-4096 tokens (16 rows of two
-# sources, median |log error| 0.148, 0.407 at 1.0), not on serving rows; TensorRT-LLM: `--runtime trtllm` on
-# this project's H100 CUTLASS grouped-GEMM timings (90 BF16 rows at >= 128 tokens per expert, 0.145, 0.265). request_s: `python -m
-# validation.fit_serving --only-request` on the fit rows InferenceX's client measured, with that client (10
-# requests per client), the harness's launch flags (validation/studies/serving/launch.py: TensorRT-LLM's batch
-# waiting and attention-DP balancing included) and TensorRT-LLM's memory fraction of the free memory. vLLM 45
-# ms (median |log error| of TTFT 0.10 on 40 rows) and TensorRT-LLM 45 ms (0.16 on 40) were fitted before the
-# study scored each measurement once; SGLang's 160 ms was refitted after, with moe_gemm_efficiency
-# (`--runtimes sglang`, 2.6 min: 0.090 on its 15 distinct rows). 160 ms is still far more than an HTTP path
-# and a tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (README, serving);
-# TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms. Everything else: the
-# sources above.
+# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set of
+# the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on its 20
+# rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync, v0.12 or
+# unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths, 3 requests per
+# client); not refitted since. moe_gemm_efficiency (vLLM, SGLang): `python -m validation.fit_moe_kernels` on
+# published Triton fused_moe timings at 512-4096 tokens (16 rows of two sources, median |log error| 0.148, 0.407
+# at 1.0), not on serving rows; TensorRT-LLM: `--runtime trtllm` on this project's H100 CUTLASS grouped-GEMM
+# timings (90 BF16 rows at >= 128 tokens per expert, 0.145, 0.265). request_s: `python -m validation.fit_serving
+# --only-request` on the fit rows InferenceX's client measured, with that client (10 requests per client), the
+# harness's launch flags (validation/studies/serving/launch.py: TensorRT-LLM's batch waiting and attention-DP
+# balancing included) and TensorRT-LLM's memory fraction of the free memory, each measurement once, with the MoE
+# kernel rates above: vLLM 45 ms (`--runtimes vllm-sync trtllm`, 7 min; median |log error| of TTFT 0.104 on 40
+# rows, 30 ms ties), TensorRT-LLM 30 ms (0.208 on 40; 45 ms before its grouped-GEMM rate was measured), SGLang
+# 160 ms (`--runtimes sglang`, 2.6 min: 0.090 on its 15 rows). 160 ms is still far more than an HTTP path and a
+# tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (README, serving);
+# TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms (the median lands at 30).
+# Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6,
@@ -204,7 +204,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
-                             request_s=45e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70),
+                             request_s=30e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70),
 }
 
 
