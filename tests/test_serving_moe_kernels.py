@@ -114,3 +114,12 @@ def test_the_fit_refuses_test_rows_and_names_a_bad_value(tmp_path):
     write([dict(big[0], time_us="fast"), big[1]])
     with pytest.raises(SystemExit, match="line 2"):
         fit_moe_kernels.main(["--data", str(path)])
+
+
+@pytest.mark.parametrize("flag", ["--tokens", "--experts"])
+def test_the_timing_script_refuses_a_count_below_one_before_looking_for_a_gpu(tmp_path, flag):
+    from validation import measure_moe
+
+    with pytest.raises(SystemExit) as exc:
+        measure_moe.main(["--out", str(tmp_path / "m.csv"), flag, "4", "0"])
+    assert exc.value.code == 2

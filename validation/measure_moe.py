@@ -51,9 +51,17 @@ def _grouped(torch, b: int, m: int, n: int, k: int, fp8: bool):
     return lambda: torch._scaled_grouped_mm(a8, w8, sa, sb, offs=offs, out_dtype=torch.bfloat16)
 
 
+def count(text: str) -> int:
+    """A count of at least 1 (argparse turns the error into a one-line usage error, exit 2)."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
 def _grid_args(parser) -> None:
-    parser.add_argument("--tokens", type=int, nargs="+", default=TOKENS, help="tokens per expert")
-    parser.add_argument("--experts", type=int, nargs="+", default=EXPERTS, help="experts per grouped kernel")
+    parser.add_argument("--tokens", type=count, nargs="+", default=TOKENS, help="tokens per expert (>= 1)")
+    parser.add_argument("--experts", type=count, nargs="+", default=EXPERTS, help="experts per grouped kernel (>= 1)")
 
 
 def main(argv: list[str] | None = None) -> int:
