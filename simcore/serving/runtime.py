@@ -24,7 +24,9 @@ A profile holds few physical numbers, each with its source:
   ramp-up and tail), where an isolated kernel costs ``GpuSpec.kernel_overhead_s`` (5.6 us, fitted on
   kernel timings taken one launch at a time). Graph replay removes the CPU launch and driver work,
   leaving ~1-2 us between dependent kernels (NVIDIA, "Getting Started with CUDA Graphs"); fitted with
-  ``step_host_s`` by ``python -m validation.fit_serving``.
+  ``step_host_s`` by ``python -m validation.fit_serving``. Measured on a lent H100
+  (``python -m validation.measure_launch``): 1.0 us (in-place add) and 1.6 us (``F.silu``) per kernel in a
+  replayed graph of 1,000, against 3.6 us back to back on a stream.
 - ``custom_ar_s``, ``custom_ar_max_bytes``: the runtimes' own all-reduce kernel for tensor-parallel
   messages up to 8 MiB inside one NVLink domain (vLLM's ``custom_all_reduce`` ``max_size`` 8 MiB, shared
   by SGLang; TensorRT-LLM's ``AllReduce`` one-shot/two-shot strategies), used where faster than NCCL:
@@ -88,10 +90,11 @@ __all__ = ["RuntimeProfile", "RUNTIMES", "get_runtime", "SCHEDULERS"]
 SCHEDULERS = ("vllm", "sglang", "trtllm")
 
 #: Host launch cost of one kernel outside a CUDA graph (cudaLaunchKernel plus framework dispatch).
-#: PyTorch eager dispatch + launch measures 5-10 us per op on H100 hosts (PyTorch "CUDA graphs"
-#: blog, 2021; vLLM's piecewise-graph design note); 6 us is the middle of the kernels' own fitted
-#: launch+ramp cost (``GpuSpec.kernel_overhead_s`` 5.6 us) rounded.
-EAGER_LAUNCH_S = 6.0e-6
+#: Measured by this project on a lent H100's host (``python -m validation.measure_launch``,
+#: ``validation/data/launch_h100_measured.csv``, torch 2.11): 7.3 us (``F.silu``), 9.9 us (in-place
+#: add), 14.5 us (``F.linear``, through cuBLAS) per op back to back; 10 us is the median path. It was
+#: 6 us, from PyTorch's "CUDA graphs" blog (2021: 5-10 us) before the measurement.
+EAGER_LAUNCH_S = 10.0e-6
 
 
 @dataclass(frozen=True)
