@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from validation.measure_h100 import cuda_torch, hardware_of, source, write_rows
+from validation.measure_h100 import capture_graph, cuda_torch, hardware_of, source, write_rows
 
 __all__ = ["main"]
 
@@ -103,15 +103,7 @@ class Decoder:
 
 
 def _graph_time_s(torch, fn, repeats: int = 10) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    graph = capture_graph(torch, fn)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
     for _ in range(repeats):

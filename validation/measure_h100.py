@@ -69,6 +69,21 @@ def _time_s(torch, fn, repeats: int, min_window_s: float = 0.02) -> float:
     return statistics.median(samples)
 
 
+def capture_graph(torch, fn, warmups: int = 2):
+    """A CUDA graph of one call of ``fn``, captured after ``warmups`` calls on a side stream (as
+    PyTorch's graph capture wants: allocations and lazy initialisation happen before capture)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
 def source(script: str, device_name: str) -> str:
     """The rows' source: this script on the lent device it ran on."""
     return f"validation/{script}.py (measured by this project on a lent {device_name})"

@@ -29,7 +29,7 @@ import json
 import sys
 import time
 
-from validation.measure_h100 import kernel_args, source, write_rows
+from validation.measure_h100 import capture_graph, kernel_args, source, write_rows
 
 __all__ = ["main"]
 
@@ -62,16 +62,11 @@ def _eager_s(torch, fn, ops: int) -> float:
 
 
 def _graph_s(torch, fn, replays: int = 20) -> float:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    def launches():
         for _ in range(GRAPH_LAUNCHES):
             fn()
+
+    graph = capture_graph(torch, launches, warmups=1)
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
