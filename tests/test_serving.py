@@ -197,3 +197,16 @@ def test_tensorrt_llm_memory_fraction_is_of_the_memory_the_weights_leave():
     whole = free.with_overrides(mem_fraction=1.0)
     assert kv_capacity_tokens(ctx, s, total) == 0 < kv_capacity_tokens(ctx, s, free)  # 70 GB of weights > half
     assert kv_capacity_tokens(ctx, s, free) == pytest.approx(kv_capacity_tokens(ctx, s, whole) / 2, abs=1)
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_weights_that_fill_the_hbm_name_the_pool_and_its_layout(mode):
+    """Llama-3.1-70B in BF16 (141 GB) on one 80 GB H100: no room for a KV cache, said in one line."""
+    ctx = CostContext(get_model("llama-3.1-70b"), Workload(precision="bf16"), Cluster.simple("h100-sxm", 8))
+    fits, full = megatron_strategy(tp=4), megatron_strategy(tp=1)
+    plan = (ServingPlan.aggregated(full, workers=1) if mode == "agg"
+            else ServingPlan.disaggregated(Pool(fits, 1, 64), Pool(full, 1, 64)))
+    result = simulate_serving(ctx, plan, ServingConfig(concurrency=4, num_requests=8))
+    assert not result.feasible and "\n" not in result.reason
+    pool = "the pool's" if mode == "agg" else "the decode pool's"
+    assert result.reason == f"hbm_capacity: {pool} weights leave no room for a KV cache (tp1 ep1 pp1 on h100-sxm)"

@@ -42,6 +42,11 @@ ARRIVALS = ("closed", "poisson", "trace")
 _SHAPE_REASONS = ("heads_divisibility", "feature_divisibility", "experts_divisibility", "layers")
 
 
+def _pool_name(role: str) -> str:
+    """``"the pool"`` of an aggregated plan, ``"the prefill pool"`` / ``"the decode pool"`` otherwise."""
+    return "the pool" if role == "both" else f"the {role} pool"
+
+
 def _shape_error(ctx: CostContext, role: str, strategy) -> str | None:
     """Why a pool's layout cannot run the model at all, or None."""
     one = strategy.replace(dp=1, batch=strategy.ep, microbatches=1)
@@ -49,8 +54,7 @@ def _shape_error(ctx: CostContext, role: str, strategy) -> str | None:
              if n in _SHAPE_REASONS]
     if not names:
         return None
-    pool = "the pool" if role == "both" else f"the {role} pool"
-    return (f"{', '.join(names)}: {pool}'s tp{strategy.tp} ep{strategy.ep} pp{strategy.pp} does not split "
+    return (f"{', '.join(names)}: {_pool_name(role)}'s tp{strategy.tp} ep{strategy.ep} pp{strategy.pp} does not split "
             f"{ctx.model.name} ({ctx.model.num_heads} heads, {ctx.model.num_experts} experts, "
             f"{ctx.model.num_layers} layers) evenly")
 
@@ -166,7 +170,9 @@ class _Cluster(RequestIntake):
             kv = kv_capacity_tokens(ctx, pool.strategy, runtime)
             self.kv_tokens[role] = kv
             if kv <= 0:
-                raise PlanInfeasible(f"hbm_capacity: the {role} pool's weights leave no room for a KV cache")
+                raise PlanInfeasible(f"hbm_capacity: {_pool_name(role)}'s weights leave no room for a KV cache "
+                                     f"(tp{pool.strategy.tp} ep{pool.strategy.ep} pp{pool.strategy.pp} on "
+                                     f"{ctx.cluster.gpu.name})")
             workers = []
             for _w in range(pool.workers):
                 worker = Worker(env, len(self.gpu_offsets), cost, runtime, kv, pool.max_num_seqs, on_finish,
