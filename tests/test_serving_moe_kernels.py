@@ -123,3 +123,12 @@ def test_the_timing_script_refuses_a_count_below_one_before_looking_for_a_gpu(tm
     with pytest.raises(SystemExit) as exc:
         measure_moe.main(["--out", str(tmp_path / "m.csv"), flag, "4", "0"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("ops", ["10", "many"])
+def test_the_launch_timer_refuses_a_bad_count_before_looking_for_a_gpu(tmp_path, ops):
+    from validation import measure_launch
+
+    with pytest.raises(SystemExit) as exc:
+        measure_launch.main(["--out", str(tmp_path / "l.csv"), "--ops", ops])
+    assert exc.value.code == 2

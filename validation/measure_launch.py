@@ -92,6 +92,14 @@ def _gpu_s(torch, fn, ops: int) -> float:
     return start.elapsed_time(end) * 1e-3 / ops
 
 
+def launches(text: str) -> int:
+    """A launch count of at least 100 (argparse makes the error one usage line, exit 2)."""
+    value = int(text)
+    if value < 100:
+        raise ValueError(text)
+    return value
+
+
 def _cpu() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -102,16 +110,13 @@ def _cpu() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     def extend(parser):
-        parser.add_argument("--ops", type=int, default=20000, help="eager launches per op (>= 100)")
+        parser.add_argument("--ops", type=launches, default=20000, help="eager launches per op (>= 100)")
 
     ready = kernel_args(__doc__.splitlines()[0], argv, extend=extend)
     if ready is None:
         return 2
     args, torch, props, note = ready
     note = f"{note}; host {_cpu()}"
-    if args.ops < 100:
-        print("error: --ops must be at least 100", file=sys.stderr)
-        return 2
     rows, figures = [], {}
     for name, fn in _ops(torch).items():
         timed = {"eager": _eager_s(torch, fn, args.ops), "graph": _graph_s(torch, fn),
