@@ -32,7 +32,7 @@ from . import linear_attention as gdn
 from .cluster import Cluster, group_ranks_per_domain
 from .collectives import collective_time_s
 from .host import kernel_fixed_s
-from .kernels import attention_time_s, gemm_time_s, memory_time_s
+from .kernels import attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
 from .models import ModelSpec
 from .opgraph import REPLICATED, SEARCHABLE_OPS, input_layout, model_ops, output_layout
 from .strategy import Strategy
@@ -123,14 +123,20 @@ def routed_experts(routed, experts, xp=np):
     return p_active, routed / experts / xp.maximum(p_active, 1e-30)
 
 
-def expert_gemm_s(m, n, k, active, gpu, precision: str, weight_bytes=None, flops_per_s=None, xp=np):
+def expert_gemm_s(m, n, k, active, gpu, precision: str, weight_bytes=None, flops_per_s=None, xp=np,
+                  bytes_per_s=None):
     """One grouped expert GEMM over ``active`` experts of ``m`` tokens each: a dense GEMM's time
-    (:func:`~simcore.kernels.gemm_time_s`), or, where the kernel's tensor-core rate on its useful
-    work ``flops_per_s`` is given (a serving runtime's own MoE kernel), at least that work at that rate."""
+    (:func:`~simcore.kernels.gemm_time_s`), or, where a serving runtime's own MoE kernel has its own
+    rates, at least its useful work at its tensor-core rate ``flops_per_s`` and at least its HBM bytes
+    (:func:`~simcore.kernels.gemm_bytes`: the active experts' weights at decode sizes) at its
+    bandwidth ``bytes_per_s``."""
     time = gemm_time_s(m, n, k, gpu, precision, count=active, weight_bytes=weight_bytes)
-    if flops_per_s is None:
-        return time
-    return xp.maximum(time, 2.0 * m * n * k * active / flops_per_s + gpu.kernel_overhead_s)
+    if flops_per_s is not None:
+        time = xp.maximum(time, 2.0 * m * n * k * active / flops_per_s + gpu.kernel_overhead_s)
+    if bytes_per_s is not None:
+        nbytes = gemm_bytes(m, n, k, precision, count=active, weight_bytes=weight_bytes)
+        time = xp.maximum(time, nbytes / bytes_per_s + gpu.kernel_overhead_s)
+    return time
 
 
 def attention_dims(model: ModelSpec, phase: str) -> tuple[int, int]:
@@ -170,6 +176,7 @@ class _Lowerer:
         if ctx.workload.cuda_graphs:  # replayed kernels: no launch, only ramp-up and tail (simcore.host)
             self.gpu = self.gpu.with_overrides(kernel_overhead_s=kernel_fixed_s(self.gpu, ctx.workload))
         self.expert_flops_per_s = None  # a serving runtime's own MoE kernel rate (expert_gemm_s), else dense
+        self.expert_bytes_per_s = None  # ... and its HBM bandwidth on the experts' weights, else dense
         self.ops = model_ops(ctx.model)
         v = self.s
         self.t = float(v.tp) if self.scalar else v.tp.astype(float)
@@ -234,7 +241,7 @@ class _Lowerer:
         k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
         n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
         time = expert_gemm_s(m, n, k, active, self.gpu, self.w.precision, self.w.expert_weight_bytes,
-                             self.expert_flops_per_s, self.xp)
+                             self.expert_flops_per_s, self.xp, self.expert_bytes_per_s)
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
 
     def _attention(self) -> Task:

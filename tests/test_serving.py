@@ -210,3 +210,29 @@ def test_weights_that_fill_the_hbm_name_the_pool_and_its_layout(mode):
     assert not result.feasible and "\n" not in result.reason
     pool = "the pool's" if mode == "agg" else "the decode pool's"
     assert result.reason == f"hbm_capacity: {pool} weights leave no room for a KV cache (tp1 ep1 pp1 on h100-sxm)"
+
+
+@pytest.mark.parametrize("model", ["qwen3-235b-a22b", "gpt-oss-120b", "deepseek-v3"])
+def test_runtime_layout_all_reduces_an_moe_layer_twice(model):
+    """The serving runtimes' layout gives a tensor-parallel MoE layer two all-reduces (after the attention
+    output, after the experts) and nothing else on the TP group; Megatron's token-split router a
+    reduce-scatter and all-gathers back. A dense layer communicates the same under both."""
+    from simcore import layout as L
+    from simcore.lowering import _Lowerer
+    from simcore.serving import runtime_strategy
+
+    ctx = _ctx(model)
+
+    def collectives(strategy, moe=True):
+        low = _Lowerer(ctx, StrategyArrays.from_strategies([strategy]), "decode", 1000)
+        return sorted(L.COLLECTIVE_NAMES[int(t.extra["collective"])] for t in low.layer(moe=moe)
+                      if t.is_comm and t.group == "tp" and int(t.extra.get("collective", 0)))
+
+    assert collectives(runtime_strategy(tp=4)) == ["all_reduce", "all_reduce"]
+    megatron = collectives(megatron_strategy(tp=4))  # a reduce-scatter, all-gathers back (more with shared experts)
+    assert megatron.count("reduce_scatter") == 1 and megatron.count("all_gather") >= 2
+    assert collectives(runtime_strategy(tp=1)) == []
+    dense = _ctx("llama-3.1-70b")
+    low = [_Lowerer(dense, StrategyArrays.from_strategies([s]), "decode", 1000).layer(moe=False)
+           for s in (runtime_strategy(tp=4), megatron_strategy(tp=4))]
+    assert [float(t.time_s) for t in low[0]] == [float(t.time_s) for t in low[1]]

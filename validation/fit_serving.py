@@ -19,6 +19,12 @@ definition are not documented, so their TTFT cannot tell the request path from t
 without it and the grid is scored on ``simulated + request_s``; that the delay before the scheduler
 barely changes a closed loop's load is what the study's full runs (which simulate it) confirm.
 ``--only-request`` keeps the three host constants as they are and fits this one alone.
+
+``--moe`` fits, instead of the host constants, the runtime's MoE block on the TPOT of its MoE fit rows
+(``--rows`` of them): ``moe_memory_efficiency`` (its grouped expert kernels' HBM bandwidth on the
+experts' weights, a share of a dense GEMM's) and ``moe_layer_s`` (its fixed GPU time per MoE layer and
+step beyond the GEMMs: routing, token alignment, the grouped kernels' grids over all experts), jointly on
+the grids :data:`GRID_MOE_EFFICIENCY` x :data:`GRID_MOE_LAYER_S`; then ``request_s`` again on TTFT.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ GRID_S = (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 9e-3, 12e-3)
 GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6)
 GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
 GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3, 300e-3)
+GRID_MOE_EFFICIENCY = (1.0, 0.7, 0.5, 0.35)
+GRID_MOE_LAYER_S = (0.0, 25e-6, 50e-6, 75e-6, 100e-6)
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 _RUNTIMES = ("vllm-sync", "vllm", "sglang", "trtllm")
 
@@ -75,12 +83,43 @@ def _spread(cases: list, n: int) -> list:
     return cases[:: max(len(cases) // n, 1)][:n]
 
 
+def _fit_moe(fit: list, args) -> dict:
+    """``moe_memory_efficiency`` and ``moe_layer_s`` per runtime on its MoE rows' TPOT, then
+    ``request_s`` on its harness rows' TTFT (module doc)."""
+    fitted = {}
+    for backend in args.runtimes:
+        rows = [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
+        moe = _spread([c for c in rows if c.ctx.model.is_moe], args.rows)
+        if not moe:
+            print(f"{backend}: no MoE fit rows")
+            continue
+        rt = get_runtime(backend)
+        scores = {(e, s): _score(moe, rt.with_overrides(moe_memory_efficiency=e, moe_layer_s=s))
+                  for e in GRID_MOE_EFFICIENCY for s in GRID_MOE_LAYER_S}
+        for e in GRID_MOE_EFFICIENCY:
+            print(f"{backend:9s} moe_memory_efficiency {e:<4g} moe_layer_s " + "  ".join(
+                f"{s * 1e6:g}us:{scores[e, s]:.3f}" for s in GRID_MOE_LAYER_S), flush=True)
+        (eff, layer_s), score = min(scores.items(), key=lambda kv: kv[1])
+        rt = rt.with_overrides(moe_memory_efficiency=eff, moe_layer_s=layer_s)
+        harness = [c for c in rows if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
+        request_s, ttft_score, ttft_rows = _fit_request_s(_spread(harness, args.ttft_rows), rt)
+        print(f"{backend}: moe_memory_efficiency = {eff:g}, moe_layer_s = {layer_s * 1e6:g} us ({len(moe)} MoE "
+              f"rows, median |log error| of TPOT {score:.3f}); request_s = {request_s * 1e3:g} ms ({ttft_rows} "
+              f"rows, TTFT {ttft_score:.3f})", flush=True)
+        fitted[backend] = {"moe_memory_efficiency": eff, "moe_layer_s": layer_s, "request_s": request_s,
+                           "median_abs_log_error": score, "rows": len(moe),
+                           "ttft_median_abs_log_error": ttft_score, "ttft_rows": ttft_rows}
+    print(json.dumps(fitted))
+    return fitted
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=_DATA)
     parser.add_argument("--rows", type=int, default=24, help="fit rows per backend (spread evenly)")
     parser.add_argument("--ttft-rows", type=int, default=40, help="fit rows per backend for request_s")
     parser.add_argument("--only-request", action="store_true", help="fit request_s alone (module doc)")
+    parser.add_argument("--moe", action="store_true", help="fit the MoE block's two constants (module doc)")
     parser.add_argument("--runtimes", nargs="+", choices=_RUNTIMES, default=list(_RUNTIMES),
                         help="fit these runtime profiles only (the others keep their values)")
     args = parser.parse_args(argv)
@@ -89,6 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
     test = [c for c in cases if split_of(c.row) != "fit"]
     fit = [c for c in cases if split_of(c.row) == "fit"]
     print(f"{len(fit)} fit rows used, {len(test)} test rows refused (never simulated here)")
+    if args.moe:
+        return _fit_moe(fit, args)
     fitted = {}
     for backend in args.runtimes:
         mine = [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]

@@ -14,8 +14,8 @@ EP within the experts, no group straddling NVLink domains) and its weights must 
 holds one request (:func:`simcore.serving.kvcache.kv_capacity_tokens`, a memory-model call per
 layout, cheap beside a simulation); the GPUs of both pools must fit the cluster; an aggregated plan's
 ``b`` heads are forced to their first value (so each plan has one action). Per-operator sharding is
-Megatron's throughout (the serving engines run Megatron-style TP; the static planner searches the
-per-operator choices).
+the serving runtimes' throughout (:func:`simcore.serving.runtime_sharding`: Megatron-style TP with a
+replicated MoE gate, two all-reduces per layer; the static planner searches the per-operator choices).
 
 :class:`ServingSpace` reuses :class:`planner.actions.ActionSpace`'s head-by-head sampling, greedy
 decoding, repair and one-hot encoding, so PPO (:class:`planner.search.PPOSearch`) and the
@@ -32,11 +32,10 @@ import numpy as np
 from simcore.lowering import CostContext, StrategyArrays
 from simcore.memory import bit, structural_reasons
 from simcore.opgraph import SEARCHABLE_OPS, choice_code
-from simcore.serving import Pool, ServingPlan
+from simcore.serving import Pool, ServingPlan, runtime_sharding, runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.serving.runtime import RuntimeProfile
 from simcore.space import powers_of_two
-from simcore.strategy import megatron_sharding, megatron_strategy
 
 from ..actions import ActionSpace, Head
 
@@ -92,12 +91,12 @@ class ServingSpace(ActionSpace):
         rows = [(t, e, p) for t, e, p in itertools.product(tp, ep, pp) if t * e * p <= n]
         if not rows:
             return ()
-        codes = [choice_code(megatron_sharding()[op]) for op in SEARCHABLE_OPS]
+        codes = [choice_code(runtime_sharding()[op]) for op in SEARCHABLE_OPS]
         keys = np.array([[t, e, p, 1, e, 1, *codes] for t, e, p in rows], dtype=np.int64)
         reasons = structural_reasons(self.ctx, StrategyArrays.from_keys(keys)) & ~bit("device_count")
         out = []
         for (t, e, p), r in zip(rows, reasons.tolist(), strict=True):
-            if r == 0 and kv_capacity_tokens(self.ctx, megatron_strategy(tp=t, ep=e, pp=p), self.runtime) >= max_len:
+            if r == 0 and kv_capacity_tokens(self.ctx, runtime_strategy(tp=t, ep=e, pp=p), self.runtime) >= max_len:
                 out.append((t, e, p))
         return tuple(out)
 
@@ -167,14 +166,14 @@ class ServingSpace(ActionSpace):
         return out
 
     def plan(self, action) -> ServingPlan:
-        """The :class:`~simcore.serving.ServingPlan` of one action (Megatron sharding in every pool)."""
+        """The :class:`~simcore.serving.ServingPlan` of one action (the runtimes' sharding in every pool)."""
         a = [int(x) for x in np.asarray(action).reshape(-1)]
         v = [self.heads[i].values[a[i]] for i in range(self.num_heads)]
         seqs = v[9]
-        pool_a = Pool(megatron_strategy(tp=v[1], ep=v[2], pp=v[3]), v[4], seqs)
+        pool_a = Pool(runtime_strategy(tp=v[1], ep=v[2], pp=v[3]), v[4], seqs)
         if MODE_VALUES[v[0]] == "agg":
             return ServingPlan.aggregated(pool_a.strategy, v[4], seqs)
-        return ServingPlan.disaggregated(pool_a, Pool(megatron_strategy(tp=v[5], ep=v[6], pp=v[7]), v[8], seqs))
+        return ServingPlan.disaggregated(pool_a, Pool(runtime_strategy(tp=v[5], ep=v[6], pp=v[7]), v[8], seqs))
 
     def action_of(self, plan: ServingPlan) -> np.ndarray:
         """The action of a plan (its degrees and counts must be head values)."""
@@ -223,6 +222,6 @@ class ServingSpace(ActionSpace):
         workers = max(w for w in self.heads[4].values if w * gpus <= self.num_gpus)
         rows = []
         for s in self.heads[9].values:
-            rows.append(self.action_of(ServingPlan.aggregated(megatron_strategy(tp=lay[0], ep=lay[1], pp=lay[2]),
+            rows.append(self.action_of(ServingPlan.aggregated(runtime_strategy(tp=lay[0], ep=lay[1], pp=lay[2]),
                                                               workers, s)))
         return rows

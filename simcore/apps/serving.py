@@ -156,14 +156,13 @@ def build_serving_context(cfg):
 
 
 def _pool(d: dict, role: str):
-    from simcore.serving import Pool, ServingInputError
-    from simcore.strategy import megatron_strategy
+    from simcore.serving import Pool, ServingInputError, runtime_strategy
 
     unknown = set(d) - {"tp", "ep", "pp", "workers", "max_num_seqs", "sharding", "dp", "batch"}
     if unknown:
         raise UserError(f"serving.plan.{role}: unknown field(s) {', '.join(sorted(unknown))}")
     try:
-        strategy = megatron_strategy(tp=d.get("tp", 1), ep=d.get("ep", 1), pp=d.get("pp", 1))
+        strategy = runtime_strategy(tp=d.get("tp", 1), ep=d.get("ep", 1), pp=d.get("pp", 1))
         if d.get("sharding"):
             strategy = strategy.replace(sharding=dict(strategy.sharding) | dict(d["sharding"]))
         return Pool(strategy, d.get("workers", 1), d.get("max_num_seqs", 256))

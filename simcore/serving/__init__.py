@@ -18,7 +18,7 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 """
 
 from .metrics import ServingMetrics
-from .plan import MODES, Pool, ServingPlan
+from .plan import MODES, Pool, ServingPlan, runtime_sharding, runtime_strategy
 from .requests import LengthDist, Request, ServingInputError, read_trace
 from .runtime import RUNTIMES, RuntimeProfile, get_runtime
 from .simulate import ARRIVALS, ServingConfig, ServingResult, simulate_serving
@@ -26,5 +26,5 @@ from .step_cost import GroupBatch, StepCost
 from .worker import PlanInfeasible
 
 __all__ = ["simulate_serving", "ServingConfig", "ServingResult", "ServingMetrics", "ServingPlan", "Pool",
-           "MODES", "ARRIVALS", "LengthDist", "Request", "ServingInputError", "read_trace", "RuntimeProfile",
+           "MODES", "runtime_sharding", "runtime_strategy", "ARRIVALS", "LengthDist", "Request", "ServingInputError", "read_trace", "RuntimeProfile",
            "RUNTIMES", "get_runtime", "GroupBatch", "StepCost", "PlanInfeasible"]

@@ -11,6 +11,10 @@ A ``seesaw`` plan holds its two layouts as ``prefill`` and ``decode`` pools of t
 (CPU) memory per GPU that parks prefilled requests' KV until the worker switches to decode: by default
 a DGX/HGX H100 or H200 node's 2 TB of system memory over its 8 GPUs (NVIDIA DGX H100/H200 user guide,
 "System memory: 2 TB"), 250 GB.
+
+A pool's strategy carries the per-operator layout the serving runtimes give a tensor-parallel group
+(:func:`runtime_sharding`), not Megatron-LM training's: the runtimes run the MoE router on the whole
+hidden state on every rank, so an MoE layer all-reduces twice, as a dense layer does.
 """
 
 from __future__ import annotations
@@ -18,14 +22,39 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..strategy import Strategy
+from ..strategy import Strategy, megatron_sharding
 from .requests import ServingInputError
 
-__all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU"]
+__all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU", "runtime_sharding", "runtime_strategy"]
 
 MODES = ("agg", "disagg", "seesaw")
 #: Host memory per GPU for a seesaw worker's parked KV: 2 TB per 8-GPU DGX H100/H200 node (module docstring).
 HOST_KV_BYTES_PER_GPU = 2e12 / 8
+
+
+def runtime_sharding() -> dict[str, str]:
+    """The per-operator layout vLLM, SGLang and TensorRT-LLM give a tensor-parallel group.
+
+    Megatron's column-parallel QKV and FFN1, row-parallel output projection and FFN2, except the MoE
+    router: each rank runs the gate on the whole all-reduced hidden state (vLLM's ``ReplicatedLinear``
+    gate in ``qwen3_moe.py``, ``deepseek_v2.py`` and ``gpt_oss.py``, where the attention output's
+    ``RowParallelLinear`` all-reduces and the experts' output is all-reduced once; SGLang's models the
+    same; TensorRT-LLM's gate after its fused all-reduce and RMSNorm). An MoE layer then communicates as a
+    dense one: two all-reduces. :func:`~simcore.strategy.megatron_sharding`'s token-split router instead
+    reduce-scatters the attention output, then all-gathers it and the residual back for the experts: four
+    collectives where the runtimes run two, each paying NCCL's latency at decode sizes.
+
+    The layout table (:mod:`simcore.opgraph`) has no replicated-in, replicated-out linear operator;
+    ``dim1`` takes the replicated input the runtimes give the gate and prices its GEMM at ``1/tp`` of
+    the expert logits, a few microseconds either way.
+    """
+    return megatron_sharding() | {"router": "dim1"}
+
+
+def runtime_strategy(tp: int = 1, ep: int = 1, pp: int = 1) -> Strategy:
+    """A serving worker's strategy: ``tp`` x ``ep`` (attention-DP groups) x ``pp`` with the runtimes'
+    layout (:func:`runtime_sharding`)."""
+    return Strategy(tp=tp, ep=ep, pp=pp, sharding=runtime_sharding())
 
 
 @dataclass(frozen=True)

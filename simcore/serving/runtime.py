@@ -70,6 +70,17 @@ A profile holds few physical numbers, each with its source:
   128-2,048 tokens at the serving sample's MoE expert shapes) reach ~0.70 (``python -m
   validation.fit_moe_kernels --runtime trtllm``): short-``k`` down projections and partial tiles cost more
   in a grouped kernel than in one dense GEMM.
+- ``moe_memory_efficiency``, ``moe_layer_s``: the runtime's MoE block at decode sizes, where the
+  expert GEMMs read weights rather than compute. ``moe_memory_efficiency``: its grouped kernels' HBM
+  bandwidth on the active experts' weights as a share of a dense GEMM's (``GpuSpec.hbm_efficiency``): a
+  grouped kernel splits its tiles over many small weight matrices, pads each expert's rows to its block
+  (Triton ``fused_moe``'s ``BLOCK_SIZE_M``) and walks an index of sorted tokens. ``moe_layer_s``: its fixed
+  GPU time per MoE layer and step that no GEMM covers: the top-k routing, the token alignment/sort
+  (``moe_align_block_size``), the activation and the weighted combine, each a small kernel, and the
+  grouped kernels' grids sized for every expert's padding whatever the tokens (Megatron-LM measured its
+  decode MoE routing at ~32 us per layer under CUDA-graph replay on 48 layers, NVIDIA/Megatron-LM PR
+  #6453). Both are fitted per runtime by ``python -m validation.fit_serving --moe`` on the TPOT of the fit
+  set's MoE rows (1.0 and 0 before that fit, the dense GEMM's pricing); a dense model never sees them.
 - ``attention_dp_balance``, ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``:
   TensorRT-LLM's attention-DP balancing (``attention_dp_config``: ``enable_balance`` off,
   ``timeout_iters`` 50, ``batching_wait_iters`` 10 by default), for workers with attention DP: context
@@ -124,6 +135,8 @@ class RuntimeProfile:
     attention_dp_timeout_iters: int = 50
     attention_dp_batching_wait_iters: int = 10
     moe_gemm_efficiency: float = 1.0
+    moe_memory_efficiency: float = 1.0
+    moe_layer_s: float = 0.0
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -132,11 +145,12 @@ class RuntimeProfile:
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-        if min(self.step_host_s, self.launch_s, self.graph_kernel_s, self.step_host_per_seq_s, self.request_s) < 0:
-            raise ServingInputError(f"runtime {self.name}: host, launch, graph and request times must be >= 0")
-        if not 0 < self.moe_gemm_efficiency <= 1:
-            raise ServingInputError(f"runtime {self.name}: moe_gemm_efficiency must be in (0, 1], "
-                                    f"got {self.moe_gemm_efficiency}")
+        for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s", "moe_layer_s"):
+            if getattr(self, f) < 0:
+                raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")
+        for f in ("moe_gemm_efficiency", "moe_memory_efficiency"):
+            if not 0 < getattr(self, f) <= 1:
+                raise ServingInputError(f"runtime {self.name}: {f} must be in (0, 1], got {getattr(self, f)}")
         if not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
         if self.batch_wait_timeout_iters < 0 or not 0 <= self.batch_wait_max_tokens_ratio <= 1:
@@ -161,6 +175,13 @@ class RuntimeProfile:
         if self.moe_gemm_efficiency == 1.0:
             return None
         return gpu.peak_flops_per_s[precision] * gpu.gemm_efficiency[precision] * self.moe_gemm_efficiency
+
+    def expert_bytes_per_s(self, gpu) -> float | None:
+        """The HBM bandwidth of this runtime's grouped expert kernels on the experts' weights
+        (``moe_memory_efficiency`` of a dense GEMM's), or None where they read as dense GEMMs do."""
+        if self.moe_memory_efficiency == 1.0:
+            return None
+        return gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency * self.moe_memory_efficiency
 
     def uses_graph(self, tokens: int, has_prefill: bool) -> bool:
         """Whether a step of ``tokens`` tokens replays a CUDA graph."""
@@ -188,14 +209,22 @@ class RuntimeProfile:
 # balancing included) and TensorRT-LLM's memory fraction of the free memory, each measurement once, with the MoE
 # kernel rates above: vLLM 45 ms (`--runtimes vllm-sync trtllm`, 7 min; median |log error| of TTFT 0.104 on 40
 # rows, 30 ms ties), TensorRT-LLM 30 ms (0.208 on 40; 45 ms before its grouped-GEMM rate was measured), SGLang
-# 160 ms (`--runtimes sglang`, 2.6 min: 0.090 on its 15 rows). 160 ms is still far more than an HTTP path and a
+# 160 ms (`--runtimes sglang`, 2.6 min: 0.090 on its 15 rows; 200 ms since, below). 160 ms is still far more than an HTTP path and a
 # tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (README, serving);
 # TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms (the median lands at 30).
+# moe_memory_efficiency, moe_layer_s, then request_s again: `python -m validation.fit_serving --moe --rows 12
+# --ttft-rows 24` (two processes, ~15 min) on each runtime's MoE fit rows with the runtimes' layout
+# (simcore.serving.plan.runtime_sharding: two all-reduces per MoE layer, not Megatron's four collectives, whose
+# extra NCCL latencies had stood in for this MoE time): joint grid 1/0.7/0.5/0.35 x 0-100 us, median |log error|
+# of TPOT on 12 rows: vLLM 0.5 and 75 us (0.066; its MoE fit rows are Qwen3-235B's aiconfigurator sweeps),
+# SGLang 1.0 and 75 us (0.048; 0.7 and 50 us within 0.001: the two trade off on these rows), TensorRT-LLM
+# 0.7 and 50 us (0.068); request_s then vLLM 45 ms (0.078), SGLang 200 ms (0.084), TensorRT-LLM 30 ms (0.205).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6,
-                            request_s=45e-3, moe_gemm_efficiency=0.35)
+                            request_s=45e-3, moe_gemm_efficiency=0.35, moe_memory_efficiency=0.5,
+                            moe_layer_s=75e-6)
 
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
@@ -203,11 +232,12 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
                              kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
-                             request_s=160e-3, moe_gemm_efficiency=0.35),
+                             request_s=200e-3, moe_gemm_efficiency=0.35, moe_layer_s=75e-6),
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
-                             request_s=30e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70),
+                             request_s=30e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70,
+                             moe_memory_efficiency=0.70, moe_layer_s=50e-6),
 }
 
 

@@ -107,6 +107,7 @@ class StepCost:
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
         if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
             low.expert_flops_per_s = self.runtime.expert_flops_per_s(low.gpu, self.w.precision)
+            low.expert_bytes_per_s = self.runtime.expert_bytes_per_s(low.gpu)
         blocks = {"first": low.first(), "last": low.last(), "p2p": low.p2p()}
         if self.model.num_dense_layers:
             blocks["dense_layer"] = low.layer(moe=False)
@@ -125,7 +126,8 @@ class StepCost:
             layers = [(self.dense_layers[p], blocks.get("dense_layer", [])),
                       (self.moe_layers[p], blocks.get("moe_layer", []))]
             edge = (blocks["first"] if p == 0 else []) + (blocks["last"] if p == s.pp - 1 else blocks["p2p"])
-            times.append(sum(n * total(b) for n, b in layers) + total(edge))
+            moe_fixed = self.moe_layers[p] * (self.runtime.moe_layer_s if self.runtime is not None else 0.0)
+            times.append(sum(n * total(b) for n, b in layers) + total(edge) + moe_fixed)
             launches += sum(n * kernels(b) for n, b in layers) + kernels(edge)
             compute.append(sum(n * kernels(b, True) for n, b in layers) + kernels(edge, True))
         self._memo[key] = (times, launches, compute)

@@ -48,8 +48,7 @@ from dataclasses import dataclass, field
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.models import ModelConfigError, get_model, preset_for
-from simcore.serving import Pool, ServingPlan
-from simcore.strategy import megatron_strategy
+from simcore.serving import Pool, ServingPlan, runtime_strategy
 from simcore.workload import Workload
 
 from .launch import launch_flags
@@ -133,7 +132,7 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
     seqs = _int(row, f"{prefix}batch_size", concurrency)
     if row.get("backend", "").strip() == "trtllm" or vllm:
         seqs *= max(dp, recorded_dp)  # per recorded rank: 64 = 8 x 8 ranks of batch b run 64 b sequences
-    return Pool(megatron_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
+    return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
 
 
 def _workload(precision: str, model, gpu: str) -> Workload | str:
