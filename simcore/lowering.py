@@ -12,6 +12,9 @@ The tasks of one microbatch come in blocks (see :func:`lower`): ``dense_layer`` 
 conversion, LM head and sampling, on the last stage) and ``p2p`` (the activation sent to the next
 pipeline stage).
 
+What it takes and gives (:class:`StrategyArrays`, :class:`CostContext`, :class:`Task`) lives in
+:mod:`simcore.tasks` and is re-exported here.
+
 A hybrid model (Gated DeltaNet linear attention on some layers, :mod:`simcore.linear_attention`) has
 one block per layer kind as any other; its token-mixer tasks (``qkv``, ``attention``, ``out_proj``) are
 the mean layer: the softmax-attention version's time weighted by the share of attention layers plus the
@@ -22,98 +25,22 @@ for the whole model, and for every stage holding its share of attention layers).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import numpy as np
 
 from . import layout as L
 from . import linear_attention as gdn
-from .cluster import Cluster, group_ranks_per_domain
+from .cluster import group_ranks_per_domain
 from .collectives import collective_time_s
 from .host import kernel_fixed_s
 from .kernels import attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
 from .models import ModelSpec
-from .opgraph import REPLICATED, SEARCHABLE_OPS, input_layout, model_ops, output_layout
-from .strategy import Strategy
-from .workload import Workload
+from .opgraph import REPLICATED, input_layout, model_ops, output_layout
+from .tasks import CostContext, StrategyArrays, Task
 from .xp import SCALAR
 
 __all__ = ["StrategyArrays", "Task", "CostContext", "lower", "attention_dims", "routed_experts", "expert_gemm_s"]
-
-
-@dataclass
-class StrategyArrays:
-    """Strategies as parallel int arrays: degrees plus one choice-code array per operator."""
-
-    tp: np.ndarray
-    ep: np.ndarray
-    pp: np.ndarray
-    dp: np.ndarray
-    batch: np.ndarray
-    microbatches: np.ndarray
-    choice: dict[str, np.ndarray]
-    redundant: np.ndarray | None = None  # redundant expert replicas (None: 0 for every strategy)
-
-    def __post_init__(self) -> None:
-        if self.redundant is None:
-            self.redundant = np.zeros(len(self.tp), dtype=np.int64)
-
-    @classmethod
-    def from_strategies(cls, strategies: list[Strategy]) -> StrategyArrays:
-        keys = np.array([s.key() for s in strategies], dtype=np.int64).reshape(len(strategies), -1)
-        return cls.from_keys(keys)
-
-    @classmethod
-    def from_keys(cls, keys: np.ndarray) -> StrategyArrays:
-        """From rows of :meth:`Strategy.key` (6 degrees, one code per operator, then the redundant
-        experts; rows without that last column mean none)."""
-        keys = np.asarray(keys, dtype=np.int64)
-        cols = [keys[:, i] for i in range(6)]
-        choice = {op: keys[:, 6 + i] for i, op in enumerate(SEARCHABLE_OPS)}
-        n = 6 + len(SEARCHABLE_OPS)
-        redundant = keys[:, n] if keys.shape[1] > n else None
-        return cls(*cols, choice=choice, redundant=redundant)
-
-    def __len__(self) -> int:
-        return len(self.tp)
-
-
-@dataclass
-class Task:
-    """One kernel or one collective of one microbatch, priced for every strategy.
-
-    ``group`` is ``""`` for compute, else the communicator: ``tp`` (stride 1), ``ep`` (stride tp),
-    ``pp`` (a send/recv to the next stage). ``count`` repeats the task (e.g. two norms per layer).
-    """
-
-    name: str
-    op: str
-    kind: str
-    time_s: np.ndarray
-    group: str = ""
-    size_bytes: np.ndarray | float = 0.0
-    flops: np.ndarray | float = 0.0
-    count: int = 1
-    branch: str = ""  # "" = the main chain; "shared" = shared experts, which may overlap routed ones
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def is_comm(self) -> bool:
-        return self.group != ""
-
-
-@dataclass(frozen=True)
-class CostContext:
-    """Everything a cost depends on besides the strategy."""
-
-    model: ModelSpec
-    workload: Workload
-    cluster: Cluster
-    collective_constants: object | None = None  # NcclConstants override; None = calibrated defaults
-    # simcore.moe.RoutingConfig: the proxy prices the expected busiest expert rank under it and
-    # dispatch/combine by its ``a2a`` algorithm; None = uniform routing, NCCL all-to-all
-    routing: object | None = None
 
 
 def routed_experts(routed, experts, xp=np):
