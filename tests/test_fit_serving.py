@@ -49,3 +49,12 @@ def test_the_moe_fit_recovers_the_constants_a_row_was_made_with(tmp_path, monkey
     assert out["sglang"]["median_abs_log_error"] < 1e-9 and out["sglang"]["rows"] == 1
     assert "1 fit rows used, 1 test rows refused" in capsys.readouterr().out
     assert seen and set(seen) == {"fit"}
+
+
+def test_a_row_count_below_one_is_a_usage_error_naming_the_flag(capsys):
+    import pytest
+
+    for flag in ("--rows", "--ttft-rows"):
+        with pytest.raises(SystemExit) as exc:
+            fit_serving.main([flag, "0"])
+        assert exc.value.code == 2 and flag in capsys.readouterr().err

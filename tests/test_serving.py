@@ -236,3 +236,22 @@ def test_runtime_layout_all_reduces_an_moe_layer_twice(model):
     low = [_Lowerer(dense, StrategyArrays.from_strategies([s]), "decode", 1000).layer(moe=False)
            for s in (runtime_strategy(tp=4), megatron_strategy(tp=4))]
     assert [float(t.time_s) for t in low[0]] == [float(t.time_s) for t in low[1]]
+
+
+@pytest.mark.parametrize("runtime", ["vllm", "trtllm"])
+def test_fast_path_equals_reference_for_an_moe_model_with_its_moe_block(runtime):
+    """The memoized single-stage path with the runtimes' layout and a priced MoE block (grouped kernels'
+    bandwidth, fixed time per MoE layer) equals the reference step by step."""
+    from simcore.serving import runtime_strategy
+
+    ctx = _ctx("qwen3-235b-a22b")
+    rt = get_runtime(runtime).with_overrides(moe_memory_efficiency=0.5, moe_layer_s=60e-6)
+    assert rt.moe_layer_s and rt.expert_bytes_per_s(ctx.cluster.gpu) is not None
+    plan = ServingPlan.aggregated(runtime_strategy(tp=4), workers=2, max_num_seqs=32)
+    cfg = ServingConfig(concurrency=16, num_requests=40, runtime=runtime,
+                        input_len=LengthDist("uniform", mean=600, low=200, high=1200),
+                        output_len=LengthDist("uniform", mean=60, low=20, high=100), seed=5)
+    fast = simulate_serving(ctx, plan, cfg, runtime=rt, fast=True)
+    slow = simulate_serving(ctx, plan, cfg, runtime=rt, fast=False)
+    assert fast.feasible and slow.feasible
+    assert _key(fast) == pytest.approx(_key(slow), rel=1e-9)

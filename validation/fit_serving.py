@@ -38,6 +38,7 @@ import numpy as np
 
 from simcore.serving import get_runtime
 from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
+from validation.measure_moe import count
 from validation.studies.serving.launch import HARNESS_LENGTHS
 
 __all__ = ["main", "GRID_S"]
@@ -116,8 +117,8 @@ def _fit_moe(fit: list, args) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=_DATA)
-    parser.add_argument("--rows", type=int, default=24, help="fit rows per backend (spread evenly)")
-    parser.add_argument("--ttft-rows", type=int, default=40, help="fit rows per backend for request_s")
+    parser.add_argument("--rows", type=count, default=24, help="fit rows per backend (spread evenly)")
+    parser.add_argument("--ttft-rows", type=count, default=40, help="fit rows per backend for request_s")
     parser.add_argument("--only-request", action="store_true", help="fit request_s alone (module doc)")
     parser.add_argument("--moe", action="store_true", help="fit the MoE block's two constants (module doc)")
     parser.add_argument("--runtimes", nargs="+", choices=_RUNTIMES, default=list(_RUNTIMES),
