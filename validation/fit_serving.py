@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from simcore.serving import get_runtime
-from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
 from validation.measure_moe import count
+from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
 from validation.studies.serving.launch import HARNESS_LENGTHS
 
 __all__ = ["main", "GRID_S"]
