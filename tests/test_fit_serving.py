@@ -58,3 +58,28 @@ def test_a_row_count_below_one_is_a_usage_error_naming_the_flag(capsys):
         with pytest.raises(SystemExit) as exc:
             fit_serving.main([flag, "0"])
         assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_the_moe_prefill_fit_recovers_the_kernel_rate_rows_were_made_with(tmp_path, monkeypatch):
+    """Two fit rows (1,000- and 2,000-token prompts) simulated at a known grouped-GEMM efficiency: the fit
+    picks it (each efficiency is scored at its own best request delay, here none)."""
+    with _DATA.open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if "Qwen3-235B" in r["model_path"] and r["backend"] == "sglang"
+                and split_of(r) == "fit" and map_row(r).concurrency == 3]
+    rows = [next(r for r in rows if r["isl"] == isl) for isl in ("1000", "2000")]
+    made = []
+    for row in rows:
+        case = map_row(row)
+        made_with = get_runtime("sglang").with_overrides(moe_gemm_efficiency=0.25, request_s=0.0, **case.launch)
+        ttft, tpot, why = simulate_case(case, made_with)
+        assert not why
+        made.append(dict(row, silicon_ttft_ms=str(ttft * 1e3), silicon_tpot_ms=str(tpot * 1e3)))
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(made[0]))
+        w.writeheader()
+        w.writerows(made)
+    monkeypatch.setattr(fit_serving, "GRID_MOE_GEMM_EFFICIENCY", (0.35, 0.25, 0.18))
+    out = fit_serving.main(["--data", str(path), "--moe-prefill", "--runtimes", "sglang"])
+    assert out["sglang"]["moe_gemm_efficiency"] == 0.25
+    assert out["sglang"]["moe_ttft_median_abs_log_error"] < 1e-9 and out["sglang"]["moe_rows"] == 2

@@ -25,6 +25,13 @@ barely changes a closed loop's load is what the study's full runs (which simulat
 experts' weights, a share of a dense GEMM's) and ``moe_layer_s`` (its fixed GPU time per MoE layer and
 step beyond the GEMMs: routing, token alignment, the grouped kernels' grids over all experts), jointly on
 the grids :data:`GRID_MOE_EFFICIENCY` x :data:`GRID_MOE_LAYER_S`; then ``request_s`` again on TTFT.
+
+``--moe-prefill`` fits the runtime's grouped expert kernels' tensor-core rate at prefill sizes
+(``moe_gemm_efficiency``) on the TTFT of its MoE fit rows (``--ttft-rows`` of them, any client): each
+value of :data:`GRID_MOE_GEMM_EFFICIENCY` is scored with its own best request delay from
+:data:`GRID_REQUEST_S` (a nuisance intercept: the sweep rows' client is not documented, module doc
+above), so the fit reads how TTFT grows with the prompt's expert work, not its offset. ``request_s`` is
+then fitted again, as above, on the harness rows of every fit model.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
 GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3, 300e-3)
 GRID_MOE_EFFICIENCY = (1.0, 0.7, 0.5, 0.35)
 GRID_MOE_LAYER_S = (0.0, 25e-6, 50e-6, 75e-6, 100e-6)
+GRID_MOE_GEMM_EFFICIENCY = (0.7, 0.5, 0.35, 0.25, 0.18, 0.12)
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 _RUNTIMES = ("vllm-sync", "vllm", "sglang", "trtllm")
 
@@ -65,12 +73,7 @@ def _score(cases, runtime) -> float:
 
 def _fit_request_s(cases, runtime) -> tuple[float, float, int]:
     """``(request_s, median |log error| of TTFT, rows)`` on :data:`GRID_REQUEST_S` (module doc)."""
-    base = runtime.with_overrides(request_s=0.0)
-    pairs = []
-    for case in cases:
-        ttft, _tpot, why = simulate_case(case, base)
-        if not why:
-            pairs.append((ttft, float(case.row["silicon_ttft_ms"]) * 1e-3))
+    pairs = _ttft_pairs(cases, runtime)
     if not pairs:
         return runtime.request_s, math.inf, 0
     scores = {r: float(np.median([abs(math.log((t + r) / m)) for t, m in pairs])) for r in GRID_REQUEST_S}
@@ -84,15 +87,77 @@ def _spread(cases: list, n: int) -> list:
     return cases[:: max(len(cases) // n, 1)][:n]
 
 
+def _runtime_rows(fit: list, backend: str) -> list:
+    """The runtime's aggregated fit rows at up to 512 clients."""
+    return [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
+
+
+def _request_on_harness(rows: list, runtime, n: int) -> tuple[float, float, int]:
+    """``request_s`` fitted on up to ``n`` of ``rows`` that InferenceX measured (module doc)."""
+    harness = [c for c in rows if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
+    return _fit_request_s(_spread(harness, n), runtime)
+
+
+def _moe_rows(fit: list, backend: str, n: int) -> tuple[list, list]:
+    """The runtime's fit rows and up to ``n`` of its MoE ones, spread evenly (empty: it has none)."""
+    rows = _runtime_rows(fit, backend)
+    moe = _spread([c for c in rows if c.ctx.model.is_moe], n)
+    if not moe:
+        print(f"{backend}: no MoE fit rows")
+    return rows, moe
+
+
+def _ttft_pairs(cases, runtime) -> list[tuple[float, float]]:
+    """(simulated TTFT without the request path, measured TTFT) in seconds, for the rows that simulate."""
+    base = runtime.with_overrides(request_s=0.0)
+    pairs = []
+    for case in cases:
+        ttft, _tpot, why = simulate_case(case, base)
+        if not why:
+            pairs.append((ttft, float(case.row["silicon_ttft_ms"]) * 1e-3))
+    return pairs
+
+
+def _intercept_score(pairs) -> float:
+    """Median ``|log error|`` of TTFT at the best request delay of :data:`GRID_REQUEST_S`."""
+    if not pairs:
+        return math.inf
+    return min(float(np.median([abs(math.log((t + r) / m)) for t, m in pairs])) for r in GRID_REQUEST_S)
+
+
+def _fit_moe_prefill(fit: list, args) -> dict:
+    """``moe_gemm_efficiency`` per runtime on its MoE rows' TTFT (own intercept), then ``request_s`` on
+    its harness rows' TTFT (module doc)."""
+    fitted = {}
+    for backend in args.runtimes:
+        rows, moe = _moe_rows(fit, backend, args.ttft_rows)
+        if not moe:
+            continue
+        rt = get_runtime(backend)
+        scores = {e: _intercept_score(_ttft_pairs(moe, rt.with_overrides(moe_gemm_efficiency=e)))
+                  for e in GRID_MOE_GEMM_EFFICIENCY}
+        print(f"{backend:9s} moe_gemm_efficiency " + "  ".join(f"{e:g}:{v:.3f}" for e, v in scores.items()),
+              flush=True)
+        eff = min(scores, key=scores.get)
+        rt = rt.with_overrides(moe_gemm_efficiency=eff)
+        request_s, ttft_score, ttft_rows = _request_on_harness(rows, rt, args.ttft_rows)
+        print(f"{backend}: moe_gemm_efficiency = {eff:g} ({len(moe)} MoE rows, median |log error| of TTFT "
+              f"{scores[eff]:.3f} at its own request delay); request_s = {request_s * 1e3:g} ms ({ttft_rows} "
+              f"harness rows, TTFT {ttft_score:.3f})", flush=True)
+        fitted[backend] = {"moe_gemm_efficiency": eff, "moe_rows": len(moe), "moe_ttft_median_abs_log_error":
+                           scores[eff], "request_s": request_s, "ttft_median_abs_log_error": ttft_score,
+                           "ttft_rows": ttft_rows}
+    print(json.dumps(fitted))
+    return fitted
+
+
 def _fit_moe(fit: list, args) -> dict:
     """``moe_memory_efficiency`` and ``moe_layer_s`` per runtime on its MoE rows' TPOT, then
     ``request_s`` on its harness rows' TTFT (module doc)."""
     fitted = {}
     for backend in args.runtimes:
-        rows = [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
-        moe = _spread([c for c in rows if c.ctx.model.is_moe], args.rows)
+        rows, moe = _moe_rows(fit, backend, args.rows)
         if not moe:
-            print(f"{backend}: no MoE fit rows")
             continue
         rt = get_runtime(backend)
         scores = {(e, s): _score(moe, rt.with_overrides(moe_memory_efficiency=e, moe_layer_s=s))
@@ -102,8 +167,7 @@ def _fit_moe(fit: list, args) -> dict:
                 f"{s * 1e6:g}us:{scores[e, s]:.3f}" for s in GRID_MOE_LAYER_S), flush=True)
         (eff, layer_s), score = min(scores.items(), key=lambda kv: kv[1])
         rt = rt.with_overrides(moe_memory_efficiency=eff, moe_layer_s=layer_s)
-        harness = [c for c in rows if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
-        request_s, ttft_score, ttft_rows = _fit_request_s(_spread(harness, args.ttft_rows), rt)
+        request_s, ttft_score, ttft_rows = _request_on_harness(rows, rt, args.ttft_rows)
         print(f"{backend}: moe_memory_efficiency = {eff:g}, moe_layer_s = {layer_s * 1e6:g} us ({len(moe)} MoE "
               f"rows, median |log error| of TPOT {score:.3f}); request_s = {request_s * 1e3:g} ms ({ttft_rows} "
               f"rows, TTFT {ttft_score:.3f})", flush=True)
@@ -121,6 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--ttft-rows", type=count, default=40, help="fit rows per backend for request_s")
     parser.add_argument("--only-request", action="store_true", help="fit request_s alone (module doc)")
     parser.add_argument("--moe", action="store_true", help="fit the MoE block's two constants (module doc)")
+    parser.add_argument("--moe-prefill", action="store_true",
+                        help="fit the grouped expert kernels' rate at prefill sizes (module doc)")
     parser.add_argument("--runtimes", nargs="+", choices=_RUNTIMES, default=list(_RUNTIMES),
                         help="fit these runtime profiles only (the others keep their values)")
     args = parser.parse_args(argv)
@@ -131,15 +197,16 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{len(fit)} fit rows used, {len(test)} test rows refused (never simulated here)")
     if args.moe:
         return _fit_moe(fit, args)
+    if args.moe_prefill:
+        return _fit_moe_prefill(fit, args)
     fitted = {}
     for backend in args.runtimes:
-        mine = [c for c in fit if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
+        mine = _runtime_rows(fit, backend)
         if not mine:
             print(f"{backend}: no fit rows")
             continue
         rt = get_runtime(backend)
-        harness = [c for c in mine if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
-        request_s, ttft_score, ttft_rows = _fit_request_s(_spread(harness, args.ttft_rows), rt)
+        request_s, ttft_score, ttft_rows = _request_on_harness(mine, rt, args.ttft_rows)
         rt = rt.with_overrides(request_s=request_s)
         print(f"{backend}: request_s = {request_s * 1e3:g} ms ({ttft_rows} rows, median |log error| of TTFT "
               f"{ttft_score:.3f})")

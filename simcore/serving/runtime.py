@@ -70,6 +70,18 @@ A profile holds few physical numbers, each with its source:
   128-2,048 tokens at the serving sample's MoE expert shapes) reach ~0.70 (``python -m
   validation.fit_moe_kernels --runtime trtllm``): short-``k`` down projections and partial tiles cost more
   in a grouped kernel than in one dense GEMM.
+- ``moe_fp8_at_bf16_rate``: the grouped expert kernel runs FP8 experts at the BF16 tensor-core rate
+  (``moe_gemm_efficiency`` of a dense BF16 GEMM's), not at FP8's. Triton's ``fused_moe`` (vLLM, SGLang),
+  for block-quantized FP8 weights (128 x 128 scales), multiplies each K block's partial product by the
+  activation and weight scales inside its K loop (``accumulator += tl.dot(a, b) * a_scale * b_scale``),
+  so its FP8 tensor-core work is interleaved with scalar rescaling, as DeepGEMM's "promotion" discusses.
+  Evidence: the only FP8 timings of that kernel at compute-bound sizes
+  (``validation/data/kernels_fused_moe_published.csv``, Qwen3-30B-A3B at 1,024-4,096 tokens on an H100,
+  with a default config the same pull request later replaced) reach 188 TFLOP/s at 4,096 tokens: 0.15 of
+  a dense FP8 GEMM's rate, 0.24 of a BF16 one's. And the serving fit rows' prefill
+  (``python -m validation.fit_serving --moe-prefill``, vLLM's FP8 MoE rows' TTFT growth with the prompt)
+  wants 0.18 of FP8's rate, i.e. 0.29 of BF16's, next to the 0.35 the BF16 kernel timings give.
+  TensorRT-LLM's CUTLASS grouped GEMMs run FP8 on FP8 tensor cores (off).
 - ``moe_memory_efficiency``, ``moe_layer_s``: the runtime's MoE block at decode sizes, where the
   expert GEMMs read weights rather than compute. ``moe_memory_efficiency``: its grouped kernels' HBM
   bandwidth on the active experts' weights as a share of a dense GEMM's (``GpuSpec.hbm_efficiency``): a
@@ -135,6 +147,7 @@ class RuntimeProfile:
     attention_dp_timeout_iters: int = 50
     attention_dp_batching_wait_iters: int = 10
     moe_gemm_efficiency: float = 1.0
+    moe_fp8_at_bf16_rate: bool = False
     moe_memory_efficiency: float = 1.0
     moe_layer_s: float = 0.0
 
@@ -148,6 +161,9 @@ class RuntimeProfile:
         for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s", "moe_layer_s"):
             if getattr(self, f) < 0:
                 raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")
+        if not isinstance(self.moe_fp8_at_bf16_rate, bool):
+            raise ServingInputError(f"runtime {self.name}: moe_fp8_at_bf16_rate must be true or false, got "
+                                    f"{self.moe_fp8_at_bf16_rate!r}")
         for f in ("moe_gemm_efficiency", "moe_memory_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 raise ServingInputError(f"runtime {self.name}: {f} must be in (0, 1], got {getattr(self, f)}")
@@ -172,8 +188,10 @@ class RuntimeProfile:
     def expert_flops_per_s(self, gpu, precision: str) -> float | None:
         """The tensor-core rate of this runtime's grouped expert kernels on their useful work
         (``moe_gemm_efficiency`` of a dense GEMM's), or None where they run as dense GEMMs do."""
-        if self.moe_gemm_efficiency == 1.0:
+        if self.moe_gemm_efficiency == 1.0 and not self.moe_fp8_at_bf16_rate:
             return None
+        if self.moe_fp8_at_bf16_rate and precision == "fp8":
+            precision = "bf16"
         return gpu.peak_flops_per_s[precision] * gpu.gemm_efficiency[precision] * self.moe_gemm_efficiency
 
     def expert_bytes_per_s(self, gpu) -> float | None:
@@ -219,12 +237,24 @@ class RuntimeProfile:
 # of TPOT on 12 rows: vLLM 0.5 and 75 us (0.066; its MoE fit rows are Qwen3-235B's aiconfigurator sweeps),
 # SGLang 1.0 and 75 us (0.048; 0.7 and 50 us within 0.001: the two trade off on these rows), TensorRT-LLM
 # 0.7 and 50 us (0.068); request_s then vLLM 45 ms (0.078), SGLang 200 ms (0.084), TensorRT-LLM 30 ms (0.205).
+# moe_gemm_efficiency (vLLM, SGLang), with moe_fp8_at_bf16_rate, and request_s: `python -m validation.fit_serving
+# --moe-prefill --ttft-rows 16` (one process per runtime, ~4 min each) on the TTFT of each runtime's 16 MoE fit rows
+# (all FP8: Qwen3-235B's aiconfigurator sweeps; DeepSeek-V3's InferenceX runs for SGLang), each value scored at its
+# own best request delay: grid 0.7/0.5/0.35/0.25/0.18/0.12, median |log error| vLLM 0.265/0.220/0.143/0.117/0.253/
+# 0.590 (0.25), SGLang 0.100/0.118/0.129/0.112/0.055/0.059 (0.18); request_s then vLLM 45 ms (0.067 on 16
+# harness rows, unchanged), SGLang 130 ms (0.087 on 15; 200 ms had absorbed the prefill the 0.35 rate left out).
+# The BF16 kernel timings give 0.35 (above); the serving shapes (experts split 2-8 ways by tensor parallelism, so
+# short K and N per GPU) run slower. TensorRT-LLM's rows do not tell (0.29-0.36 over the whole grid: its DeepSeek
+# rows' TTFT is dominated by what the simulator does not explain, README), so it keeps its measured 0.70.
+# Then the MoE block again with these rates (`--moe --rows 12 --ttft-rows 24`, two processes, 7 min): vLLM 0.5 and
+# 25 us (0.057; 75 us scores 0.119 now: it had carried part of the slower prefill in vLLM's mixed steps), SGLang
+# 1.0 and 75 us unchanged (0.065), request_s unchanged (vLLM 45 ms, SGLang 130 ms).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6,
-                            request_s=45e-3, moe_gemm_efficiency=0.35, moe_memory_efficiency=0.5,
-                            moe_layer_s=75e-6)
+                            request_s=45e-3, moe_gemm_efficiency=0.25, moe_fp8_at_bf16_rate=True,
+                            moe_memory_efficiency=0.5, moe_layer_s=25e-6)
 
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
@@ -232,7 +262,8 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
                              kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
-                             request_s=200e-3, moe_gemm_efficiency=0.35, moe_layer_s=75e-6),
+                             request_s=130e-3, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
+                             moe_layer_s=75e-6),
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
