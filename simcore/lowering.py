@@ -271,6 +271,8 @@ class _Lowerer:
         """qkv -> attention -> out_proj; returns tasks and the operator whose input comes next."""
         h, ops = self.m.hidden_size, self.ops
         tasks = [self._norms(res_in), self._projection("qkv")]
+        if self.m.qk_norm == "layer":
+            tasks.append(self._qk_norm_all_reduce())
         tasks.append(self._convert("qkv->attention", "attention", self._layout("qkv", "out"),
                                    self._layout("attention", "in"), ops["qkv"].out_features))
         tasks.append(self._attention())
@@ -282,6 +284,16 @@ class _Lowerer:
                                    self._layout(nxt, "in"), h))
         tasks.append(self._convert("residual->mlp", "out_proj", res_in, self._layout(nxt, "in"), h))
         return tasks, nxt
+
+    def _qk_norm_all_reduce(self) -> Task:
+        """A full-width q/k RMSNorm (MiniMax-M2's ``qk_norm="layer"``) over heads split across the TP
+        ranks needs each token's sum of squares from every rank: one all-reduce of two FP32 values per
+        token (q's and k's) after the QKV projection (vLLM's and SGLang's ``MiniMaxText01RMSNormTP``:
+        ``forward_qk`` concatenates the two variances and all-reduces them once). Nothing when QKV's
+        output is not split by features or TP is 1."""
+        split = (self._layout("qkv", "out") == L.S_FEAT) & (self.s.tp > 1)
+        coll = self.xp.where(split, L.ALL_REDUCE, L.NONE)
+        return self._coll("qk_norm", "qkv", "tp", coll, self.xp.where(split, self.tokens * 2.0 * 4.0, 0.0))
 
     def dense_mlp(self, res_in) -> list[Task]:
         h, f = self.m.hidden_size, self.m.ffn_size

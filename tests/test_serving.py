@@ -255,3 +255,20 @@ def test_fast_path_equals_reference_for_an_moe_model_with_its_moe_block(runtime)
     slow = simulate_serving(ctx, plan, cfg, runtime=rt, fast=False)
     assert fast.feasible and slow.feasible
     assert _key(fast) == pytest.approx(_key(slow), rel=1e-9)
+
+
+def test_a_full_width_qk_norm_all_reduces_its_variances_once_per_layer():
+    """MiniMax-M2 normalises q and k over all heads: with heads split over TP ranks, one extra all-reduce
+    of 8 bytes per token (two FP32 sums of squares); none at TP 1, none for a per-head norm (Qwen3)."""
+    from simcore.lowering import _Lowerer
+    from simcore.serving import runtime_strategy
+
+    def qk_norm_tasks(model, tp):
+        low = _Lowerer(_ctx(model), StrategyArrays.from_strategies([runtime_strategy(tp=tp)]), "decode", 1000)
+        return [t for t in low.layer(moe=True) if t.name == "qk_norm" and int(t.extra.get("collective", 0))]
+
+    [task] = qk_norm_tasks("minimax-m2", 4)
+    assert task.group == "tp" and float(task.size_bytes) == pytest.approx(8.0 * float(
+        _Lowerer(_ctx("minimax-m2"), StrategyArrays.from_strategies([runtime_strategy(tp=4)]), "decode",
+                 1000).tokens)) and float(task.time_s) > 0
+    assert qk_norm_tasks("minimax-m2", 1) == [] and qk_norm_tasks("qwen3-235b-a22b", 4) == []

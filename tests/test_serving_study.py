@@ -206,3 +206,17 @@ def test_the_harness_launch_flags_apply_to_its_own_lengths_only():
     plain = map_row(row)
     plain.launch = {}
     assert simulate_case(case)[0] != simulate_case(plain)[0]
+
+
+def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_kernel_constants():
+    """gptoss_fp4_h200_trt.sh sets ``moe_config.backend: TRITON``: the MoE block takes profile vllm's
+    Triton-kernel constants; DeepSeek's script keeps CUTLASS and TensorRT-LLM's own constants."""
+    from simcore.serving import get_runtime
+    from validation.studies.serving.launch import TRITON_MOE_FIELDS, launch_flags
+
+    vllm, trt = get_runtime("vllm"), get_runtime("trtllm")
+    flags = launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4)
+    assert {f: flags[f] for f in TRITON_MOE_FIELDS} == {f: getattr(vllm, f) for f in TRITON_MOE_FIELDS}
+    assert trt.moe_gemm_efficiency != vllm.moe_gemm_efficiency  # so the flag changes the model
+    assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "deepseek-r1", 1024, 1024, 16))
+    assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "gpt-oss-120b", 1000, 1000, 16))

@@ -15,7 +15,16 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
 - vLLM, gpt-oss-120b (``gptoss_fp4_h200.sh``): ``--max-num-batched-tokens 8192``,
   ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``.
 - TensorRT-LLM, gpt-oss-120b (``gptoss_fp4_h200_trt.sh``): ``--max_num_tokens 20000``,
-  ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch).
+  ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch), and
+  ``moe_config.backend: TRITON``: TensorRT-LLM's ``TritonFusedMoE`` runs the experts through OpenAI's
+  ``triton_kernels`` ``matmul_ogs`` (a Triton grouped GEMM over sorted tokens), not the CUTLASS grouped
+  GEMMs the ``trtllm`` profile's MoE constants were measured and fitted on. ``matmul_ogs`` has not been
+  timed here; the nearest measured kernel family is Triton's ``fused_moe``, whose constants profile
+  ``vllm`` holds (fitted on vLLM's FP8 MoE rows). So these rows take that profile's MoE block
+  (:data:`TRITON_MOE_FIELDS`: the grouped kernels' compute and memory rates and the fixed time per MoE
+  layer), the rest of TensorRT-LLM's: an assumption of one kernel family for another, chosen before these
+  test rows were simulated with it. (vLLM's own gpt-oss runs set ``VLLM_MXFP4_USE_MARLIN=1``: Marlin's
+  weight-only kernels, also not timed here; they keep profile ``vllm``.)
 - SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
   ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency).
 - TensorRT-LLM, Llama-3.3-70B (the sample's ``meta-llama/Llama-3.1-70B`` rows; ``llama70b_fp8_h200_trt``
@@ -41,10 +50,20 @@ defaults. These are launch settings read from the harness, not fitted values.
 
 from __future__ import annotations
 
-__all__ = ["launch_flags", "HARNESS_LENGTHS"]
+from simcore.serving import get_runtime
+
+__all__ = ["launch_flags", "HARNESS_LENGTHS", "TRITON_MOE_FIELDS"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
 HARNESS_LENGTHS = (1024, 8192)
+#: The runtime-profile fields that price the MoE block's kernels: a launch that picks the Triton MoE
+#: kernels takes them from profile ``vllm`` (module doc)
+TRITON_MOE_FIELDS = ("moe_gemm_efficiency", "moe_fp8_at_bf16_rate", "moe_memory_efficiency", "moe_layer_s")
+
+
+def _triton_moe() -> dict:
+    vllm = get_runtime("vllm")
+    return {f: getattr(vllm, f) for f in TRITON_MOE_FIELDS}
 
 
 def _round_up(value: int, step: int) -> int:
@@ -67,7 +86,8 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
     if backend == "vllm" and preset.startswith("gpt-oss"):
         return {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
     if backend == "trtllm" and preset.startswith("gpt-oss"):
-        return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85}
+        return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85,
+                **_triton_moe()}
     if backend == "sglang" and preset.startswith("qwen3.5"):
         return {"max_num_batched_tokens": 16384, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.80}
     if backend == "trtllm" and preset == "llama-3.1-70b":
