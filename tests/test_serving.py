@@ -272,3 +272,29 @@ def test_a_full_width_qk_norm_all_reduces_its_variances_once_per_layer():
         _Lowerer(_ctx("minimax-m2"), StrategyArrays.from_strategies([runtime_strategy(tp=4)]), "decode",
                  1000).tokens)) and float(task.time_s) > 0
     assert qk_norm_tasks("minimax-m2", 1) == [] and qk_norm_tasks("qwen3-235b-a22b", 4) == []
+
+
+def test_a_step_waits_for_its_busiest_expert_rank_under_skewed_routing():
+    """With ``ctx.routing`` set, an expert-parallel step prices each MoE layer at the busiest rank's
+    expected load (the proxy's expectation); uniform routing over evenly split experts changes nothing."""
+    from simcore.moe import RoutingConfig, expected_max_loads
+    from simcore.serving import runtime_strategy
+
+    base = _ctx("deepseek-v3")
+    s = runtime_strategy(tp=1, ep=8)
+    groups = [GroupBatch.of([], [2000 + 50 * g + i for i in range(16)], 16) for g in range(8)]
+
+    def step(routing):
+        ctx = CostContext(base.model, base.workload, base.cluster, routing=routing)
+        cost = StepCost(ctx, s)
+        return sum(cost.stage_times(groups)[0]), cost
+
+    plain, _ = step(None)
+    same, uniform = step(RoutingConfig())
+    skewed, cost = step(RoutingConfig(distribution="zipf", zipf_skew=1.0))
+    m = base.model
+    assert uniform.expert_load(16) == 1.0 and same == plain
+    load = cost.expert_load(16)
+    assert load == pytest.approx(float(expected_max_loads(cost.ctx.routing, m.num_experts, 8, 16 * 8 * m.top_k)))
+    assert load > 1.2 and skewed > plain
+    assert StepCost(cost.ctx, runtime_strategy(tp=8)).expert_load(16) == 1.0  # one expert rank: nothing to skew

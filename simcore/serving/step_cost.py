@@ -12,6 +12,11 @@ With data-parallel attention (``ep`` attention groups, as SGLang's DP attention 
 deployments run) all groups step together through the MoE layers, so a step costs what its busiest
 group costs.
 
+Routing skew: with a routing config on the context (``ctx.routing``) and experts split over ``ep``
+groups, each MoE layer is priced at the expected load of its busiest expert rank for the step's token
+copies (:func:`simcore.moe.expected_max_loads`, the proxy's own expectation, with the strategy's
+redundant experts): a step waits for its busiest GPU. Without one, routing is uniform (load 1).
+
 A hybrid model's token mixer is priced per layer kind: each stage's softmax-attention layers with the
 attention kernel (which grows with each context), its linear-attention layers with the Gated DeltaNet
 mixer (:mod:`simcore.linear_attention`: per sequence and chunk, whatever the context).
@@ -28,6 +33,7 @@ from ..collectives.constants import DEFAULT
 from ..linear_attention import MIXER_KERNELS
 from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
 from ..memory import stage_layers
+from ..moe import expected_max_loads
 from ..strategy import Strategy
 
 __all__ = ["GroupBatch", "StepCost"]
@@ -96,6 +102,15 @@ class StepCost:
         self._attn = _Lowerer(ctx, one, "decode", ctx.workload.input_len)
 
     # ------------------------------------------------------------------ everything but attention
+    def expert_load(self, tokens: int) -> float:
+        """The busiest expert rank's expected load over the mean when each of the ``ep`` groups runs
+        ``tokens`` tokens (1.0: no routing config, a dense model, or one expert rank; module doc)."""
+        m, s = self.model, self.strategy
+        if self.ctx.routing is None or not m.is_moe or s.ep <= 1:
+            return 1.0
+        copies = float(max(tokens, 1)) * s.ep * m.top_k
+        return float(expected_max_loads(self.ctx.routing, m.num_experts, s.ep, copies, s.redundant_experts))
+
     def _lowered(self, tokens: int, sampled: int) -> tuple[list[float], int, list[int]]:
         key = (tokens, sampled)
         hit = self._memo.get(key)
@@ -103,7 +118,7 @@ class StepCost:
             return hit
         self.lowerings += 1
         s = self.strategy
-        low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len)
+        low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len, self.expert_load(tokens))
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
         if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
             low.expert_flops_per_s = self.runtime.expert_flops_per_s(low.gpu, self.w.precision)
