@@ -26,7 +26,11 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   test rows were simulated with it. (vLLM's own gpt-oss runs set ``VLLM_MXFP4_USE_MARLIN=1``: Marlin's
   weight-only kernels, also not timed here; they keep profile ``vllm``.)
 - SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
-  ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency).
+  ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency). Not applied: its
+  ``--mamba-ssm-dtype bfloat16`` halves the Gated DeltaNet recurrent state the preset keeps in FP32 (a
+  model field, not a runtime one; 24 MB per sequence and GPU at TP 8, so at 64 sequences ~0.45 ms less
+  state traffic per step of ~28 ms simulated: it would shorten TPOT by under 2%, where these rows are
+  already 12-39% short).
 - TensorRT-LLM, Llama-3.3-70B (the sample's ``meta-llama/Llama-3.1-70B`` rows; ``llama70b_fp8_h200_trt``
   launcher): ``--max_num_tokens $MAX_MODEL_LEN`` (the config's ``max-model-len``, ISL + OSL + 200: 2248 at
   1k/1k), ``cuda_graph_config.max_batch_size: 1024``, and at 1k/1k below TP 8 batch waiting:
