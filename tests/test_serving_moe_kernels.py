@@ -159,3 +159,23 @@ def test_the_launch_timer_refuses_a_bad_count_before_looking_for_a_gpu(tmp_path,
     with pytest.raises(SystemExit) as exc:
         measure_launch.main(["--out", str(tmp_path / "l.csv"), "--ops", ops])
     assert exc.value.code == 2
+
+
+def test_sglang_deepep_prices_deepgemm_grouped_gemms_at_their_published_dense_rate():
+    """Profile sglang-deepep: DeepGEMM's grouped GEMMs (contiguous layout) over its dense GEMMs of the same
+    n x k, from its README (validation/data/kernels_deepgemm_published.csv), is the profile's rate; FP8 on
+    FP8 tensor cores; everything else SGLang's."""
+    import dataclasses
+    import statistics
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "validation" / "data" / "kernels_deepgemm_published.csv"
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    dense = {(r["n"], r["k"]): float(r["tflops"]) for r in rows if r["layout"] == "dense"}
+    ratios = [float(r["tflops"]) / dense[r["n"], r["k"]] for r in rows if r["layout"] == "contiguous"]
+    assert len(ratios) == 4 and all(r["source_url"].startswith("https://github.com/deepseek-ai/DeepGEMM") for r in rows)
+    deepep, sglang = get_runtime("sglang-deepep"), get_runtime("sglang")
+    assert deepep.moe_gemm_efficiency == pytest.approx(min(statistics.median(ratios), 1.0), abs=0.05)
+    assert not deepep.moe_fp8_at_bf16_rate and sglang.moe_fp8_at_bf16_rate
+    assert dataclasses.replace(deepep, name="sglang", moe_gemm_efficiency=sglang.moe_gemm_efficiency,
+                               moe_fp8_at_bf16_rate=True) == sglang

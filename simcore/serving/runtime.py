@@ -82,6 +82,14 @@ A profile holds few physical numbers, each with its source:
   (``python -m validation.fit_serving --moe-prefill``, vLLM's FP8 MoE rows' TTFT growth with the prompt)
   wants 0.18 of FP8's rate, i.e. 0.29 of BF16's, next to the 0.35 the BF16 kernel timings give.
   TensorRT-LLM's CUTLASS grouped GEMMs run FP8 on FP8 tensor cores (off).
+- Profile ``sglang-deepep``: SGLang as the literature's large DeepSeek deployments launch it
+  (``--moe-a2a-backend deepep``: DeepEP's dispatch and combine, DeepGEMM's grouped FP8 GEMMs; SGLang's
+  "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism" blog, May 2025), the
+  rest SGLang's. DeepGEMM runs FP8 on FP8 tensor cores with its own promotion (``moe_fp8_at_bf16_rate``
+  off), and its grouped GEMMs of the contiguous layout run at the rate of its dense GEMMs of the same
+  ``n x k`` (median 1.03 over the README's four rows, ``validation/data/kernels_deepgemm_published.csv``):
+  ``moe_gemm_efficiency`` 1.0. Its DeepEP all-to-alls are the context's routing choice
+  (``RoutingConfig(a2a="deepep")``, :mod:`simcore.moe.deepep`), not a runtime field.
 - ``moe_memory_efficiency``, ``moe_layer_s``: the runtime's MoE block at decode sizes, where the
   expert GEMMs read weights rather than compute. ``moe_memory_efficiency``: its grouped kernels' HBM
   bandwidth on the active experts' weights as a share of a dense GEMM's (``GpuSpec.hbm_efficiency``): a
@@ -256,14 +264,18 @@ _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_hos
                             request_s=45e-3, moe_gemm_efficiency=0.25, moe_fp8_at_bf16_rate=True,
                             moe_memory_efficiency=0.5, moe_layer_s=25e-6)
 
+_SGLANG = RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
+                         graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
+                         kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
+                         request_s=130e-3, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
+                         moe_layer_s=75e-6)
+
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
     "vllm-sync": _VLLM_SYNC,
-    "sglang": RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
-                             graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
-                             kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
-                             request_s=130e-3, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
-                             moe_layer_s=75e-6),
+    "sglang": _SGLANG,
+    "sglang-deepep": dataclasses.replace(_SGLANG, name="sglang-deepep", moe_gemm_efficiency=1.0,
+                                         moe_fp8_at_bf16_rate=False),  # module doc
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
