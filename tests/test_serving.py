@@ -298,3 +298,27 @@ def test_a_step_waits_for_its_busiest_expert_rank_under_skewed_routing():
     assert load == pytest.approx(float(expected_max_loads(cost.ctx.routing, m.num_experts, 8, 16 * 8 * m.top_k)))
     assert load > 1.2 and skewed > plain
     assert StepCost(cost.ctx, runtime_strategy(tp=8)).expert_load(16) == 1.0  # one expert rank: nothing to skew
+
+
+def test_a_deepep_runtime_prices_its_all_to_alls_with_deepep_and_launches_with_it():
+    """Profile sglang-deepep (moe_a2a_backend deepep): its steps price dispatch and combine with DeepEP's
+    kernels as a context routing with a2a=deepep would; its SGLang launch carries --moe-a2a-backend deepep."""
+    from simcore.export.serving import serving_launch
+    from simcore.moe import RoutingConfig
+    from simcore.serving import ServingPlan, get_runtime, runtime_strategy
+
+    base = _ctx("deepseek-v3")
+    s = runtime_strategy(tp=1, ep=8)
+    groups = [GroupBatch.of([(512, 0)], [3000] * 8, 9) for _ in range(8)]
+    deepep = get_runtime("sglang-deepep")
+    cost = StepCost(base, s, runtime=deepep)
+    assert cost.ctx.routing.a2a == "deepep" and base.routing is None
+    routed = CostContext(base.model, base.workload, base.cluster, routing=RoutingConfig(a2a="deepep"))
+    assert cost.stage_times(groups)[0] == StepCost(routed, s, runtime=deepep).stage_times(groups)[0]
+    nccl = StepCost(base, s, runtime=deepep.with_overrides(moe_a2a_backend="none"))
+    assert nccl.ctx.routing is None and nccl.stage_times(groups)[0] != cost.stage_times(groups)[0]
+    plan = ServingPlan.aggregated(s, 1, 64)
+    assert "--moe-a2a-backend deepep" in serving_launch(plan, base.model, "sglang", runtime=deepep).to_text()
+    assert "--moe-a2a-backend" not in serving_launch(plan, base.model, "sglang").to_text()
+    with pytest.raises(ServingInputError, match="moe_a2a_backend"):
+        deepep.with_overrides(moe_a2a_backend="mooncake")

@@ -8,8 +8,8 @@ more requests (``--confirm``) so the comparison does not rest on the search's sh
   H100 (``h100-ib-rail``, 64 GPUs), ISL 4096, OSL 512, mean TTFT <= 2 s and TPOT <= 50 ms, closed-loop
   clients: where the literature (DistServe; SGLang's and NVIDIA Dynamo's DeepSeek deployments) reports
   disaggregation winning. Served as those deployments serve it: SGLang with DeepEP's all-to-alls and
-  DeepGEMM's grouped GEMMs (runtime ``sglang-deepep``, routing ``a2a=deepep``); ``--runtime sglang``
-  prices the same case with SGLang's default Triton MoE kernels and NCCL all-to-alls;
+  DeepGEMM's grouped GEMMs (runtime ``sglang-deepep``); ``--runtime sglang`` prices the same case with
+  SGLang's default Triton MoE kernels and NCCL all-to-alls;
 - ``small-dense``: Llama-3.1-8B (FP8) on one HGX H100 node, vLLM, ISL 512, OSL 128, TTFT <= 500 ms,
   TPOT <= 20 ms, 8 clients: short prompts at low load, where one aggregated GPU serves everything and
   a split needs two pools.
@@ -35,7 +35,6 @@ from simcore.apps.serving import ServingSearchConfig
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.models import get_model
-from simcore.moe import RoutingConfig
 from simcore.serving import RUNTIMES, LengthDist, ServingConfig, simulate_serving
 from simcore.workload import Workload
 from topologies import build_topology
@@ -56,14 +55,11 @@ class Case:
     concurrency: int
     requests_per_client: int = 8  # closed-loop clients all send at once: the first wave is 1/8 of the run
     max_num_seqs: tuple[int, ...] = (64, 128, 256, 512, 1024)
-    a2a: str = "nccl"  # the expert all-to-all: nccl | deepep (simcore.moe.RoutingConfig.a2a)
 
 
 CASES = {
-    "deepseek-8node": Case("deepseek-v3", "h100-ib-rail", 8, "sglang-deepep", 4096, 512, 2000.0, 50.0, 256,
-                           a2a="deepep"),
-    "deepseek-8node-c192": Case("deepseek-v3", "h100-ib-rail", 8, "sglang-deepep", 4096, 512, 2000.0, 50.0, 192,
-                                a2a="deepep"),
+    "deepseek-8node": Case("deepseek-v3", "h100-ib-rail", 8, "sglang-deepep", 4096, 512, 2000.0, 50.0, 256),
+    "deepseek-8node-c192": Case("deepseek-v3", "h100-ib-rail", 8, "sglang-deepep", 4096, 512, 2000.0, 50.0, 192),
     "small-dense": Case("llama-3.1-8b", "hgx-h100", 1, "vllm", 512, 128, 500.0, 20.0, 8,
                         max_num_seqs=(8, 16, 32, 64, 128)),
     # for --methods-on: a space whose optimum is neither the heuristic nor the smallest plan
@@ -75,9 +71,8 @@ DEFAULT_CASES = ("deepseek-8node", "deepseek-8node-c192", "small-dense")
 
 def _scenario(case: Case, requests_per_client: int):
     graph = build_topology(case.topology, num_nodes=case.nodes)
-    routing = RoutingConfig(a2a=case.a2a) if case.a2a != "nccl" else None
     ctx = CostContext(get_model(case.model), Workload(precision="fp8", input_len=case.isl, output_len=case.osl),
-                      Cluster.from_graph(graph), routing=routing)
+                      Cluster.from_graph(graph))
     cfg = ServingConfig(concurrency=case.concurrency, num_requests=requests_per_client * case.concurrency,
                         input_len=LengthDist(mean=case.isl), output_len=LengthDist(mean=case.osl), runtime=case.runtime,
                         ttft_slo_s=case.ttft_ms / 1e3, tpot_slo_s=case.tpot_ms / 1e3)
@@ -199,9 +194,7 @@ def main(argv=None) -> dict:
                     help="requests per client in the search (default: the case's, 4)")
     ap.add_argument("--methods-on", choices=list(CASES), help="compare every method on this case instead")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--runtime", choices=list(RUNTIMES),
-                    help="serve every chosen case with this runtime profile (all-to-alls: DeepEP for sglang-deepep, "
-                         "else NCCL)")
+    ap.add_argument("--runtime", choices=list(RUNTIMES), help="serve every chosen case with this runtime profile")
     args = ap.parse_args(argv)
     if args.methods_on:
         table = methods_table(args.methods_on, args.budget, args.seeds)
@@ -214,7 +207,7 @@ def main(argv=None) -> dict:
         if args.requests_per_client:
             case = replace(case, requests_per_client=args.requests_per_client)
         if args.runtime:
-            case = replace(case, runtime=args.runtime, a2a="deepep" if args.runtime == "sglang-deepep" else "nccl")
+            case = replace(case, runtime=args.runtime)
         results[name] = compare(name, case, args.method, args.budget, args.seed, args.confirm)
         _print(results[name])
     line = {k: {"winner": v["winner"], "margin": v["margin"],

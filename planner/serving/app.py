@@ -204,8 +204,10 @@ def _write(out: Path, cfg, ctx, ev, answer, rows, per_slo, summary, info, scfg) 
     atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
     gpn = int(ev.graph.graph.get("gpus_per_node", 0)) if ev.graph is not None else ctx.cluster.nvlink_domain_size
     for target in SERVING_TARGETS:
+        searched = get_runtime(cfg.serving.runtime)  # the target the search ran keeps its profile's launch flags
         launch = serving_launch(answer.plan, ctx.model, target, gpus_per_node=gpn or None,
-                                precision=ctx.workload.precision, isl=int(cfg.serving.isl))
+                                precision=ctx.workload.precision, isl=int(cfg.serving.isl),
+                                runtime=searched if searched.scheduler == target else None)
         atomic_write_text(out / f"launch_{target}.sh", launch.to_text())
         for name, text in launch.files.items():
             atomic_write_text(out / name, text)

@@ -113,6 +113,8 @@ def _sglang(plan, model, path, gpn, precision, runtime, out: LaunchConfig) -> No
         m = _mapping("sglang", pool, model, path, gpn, precision)
         port = _BASE_PORT["sglang"] + k
         flags = m.flags + ["--chunked-prefill-size", str(runtime.max_num_batched_tokens), "--port", str(port)]
+        if runtime.moe_a2a_backend == "deepep" and model.is_moe:  # DeepEP all-to-alls, DeepGEMM grouped GEMMs
+            flags += ["--moe-a2a-backend", "deepep"]
         if disagg:
             flags += ["--disaggregation-mode", role, "--disaggregation-ib-device", "${IB_DEVICE}"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)

@@ -88,8 +88,9 @@ A profile holds few physical numbers, each with its source:
   rest SGLang's. DeepGEMM runs FP8 on FP8 tensor cores with its own promotion (``moe_fp8_at_bf16_rate``
   off), and its grouped GEMMs of the contiguous layout run at the rate of its dense GEMMs of the same
   ``n x k`` (median 1.03 over the README's four rows, ``validation/data/kernels_deepgemm_published.csv``):
-  ``moe_gemm_efficiency`` 1.0. Its DeepEP all-to-alls are the context's routing choice
-  (``RoutingConfig(a2a="deepep")``, :mod:`simcore.moe.deepep`), not a runtime field.
+  ``moe_gemm_efficiency`` 1.0. ``moe_a2a_backend`` ``deepep``: its steps price dispatch and combine with
+  DeepEP's kernels (:mod:`simcore.moe.deepep`) whatever the context's routing says about the all-to-all,
+  and its exported SGLang launch carries ``--moe-a2a-backend deepep``.
 - ``moe_memory_efficiency``, ``moe_layer_s``: the runtime's MoE block at decode sizes, where the
   expert GEMMs read weights rather than compute. ``moe_memory_efficiency``: its grouped kernels' HBM
   bandwidth on the active experts' weights as a share of a dense GEMM's (``GpuSpec.hbm_efficiency``): a
@@ -119,6 +120,8 @@ from .requests import ServingInputError
 __all__ = ["RuntimeProfile", "RUNTIMES", "get_runtime", "SCHEDULERS"]
 
 SCHEDULERS = ("vllm", "sglang", "trtllm")
+#: the runtime's expert all-to-all: ``none`` (the context's routing decides; NCCL by default) or ``deepep``
+MOE_A2A_BACKENDS = ("none", "deepep")
 
 #: Host launch cost of one kernel outside a CUDA graph (cudaLaunchKernel plus framework dispatch).
 #: Measured by this project on a lent H100's host (``python -m validation.measure_launch``,
@@ -158,6 +161,7 @@ class RuntimeProfile:
     moe_fp8_at_bf16_rate: bool = False
     moe_memory_efficiency: float = 1.0
     moe_layer_s: float = 0.0
+    moe_a2a_backend: str = "none"
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -172,6 +176,9 @@ class RuntimeProfile:
         if not isinstance(self.moe_fp8_at_bf16_rate, bool):
             raise ServingInputError(f"runtime {self.name}: moe_fp8_at_bf16_rate must be true or false, got "
                                     f"{self.moe_fp8_at_bf16_rate!r}")
+        if self.moe_a2a_backend not in MOE_A2A_BACKENDS:
+            raise ServingInputError(f"runtime {self.name}: moe_a2a_backend must be one of "
+                                    f"{', '.join(MOE_A2A_BACKENDS)}, got {self.moe_a2a_backend!r}")
         for f in ("moe_gemm_efficiency", "moe_memory_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 raise ServingInputError(f"runtime {self.name}: {f} must be in (0, 1], got {getattr(self, f)}")
@@ -275,7 +282,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm-sync": _VLLM_SYNC,
     "sglang": _SGLANG,
     "sglang-deepep": dataclasses.replace(_SGLANG, name="sglang-deepep", moe_gemm_efficiency=1.0,
-                                         moe_fp8_at_bf16_rate=False),  # module doc
+                                         moe_fp8_at_bf16_rate=False, moe_a2a_backend="deepep"),  # module doc
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,

@@ -15,7 +15,8 @@ group costs.
 Routing skew: with a routing config on the context (``ctx.routing``) and experts split over ``ep``
 groups, each MoE layer is priced at the expected load of its busiest expert rank for the step's token
 copies (:func:`simcore.moe.expected_max_loads`, the proxy's own expectation, with the strategy's
-redundant experts): a step waits for its busiest GPU. Without one, routing is uniform (load 1).
+redundant experts): a step waits for its busiest GPU. Without one, routing is uniform (load 1). A
+runtime whose ``moe_a2a_backend`` is ``deepep`` prices dispatch and combine with DeepEP's kernels.
 
 A hybrid model's token mixer is priced per layer kind: each stage's softmax-attention layers with the
 attention kernel (which grows with each context), its linear-attention layers with the Gated DeltaNet
@@ -24,6 +25,7 @@ mixer (:mod:`simcore.linear_attention`: per sequence and chunk, whatever the con
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +35,7 @@ from ..collectives.constants import DEFAULT
 from ..linear_attention import MIXER_KERNELS
 from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
 from ..memory import stage_layers
-from ..moe import expected_max_loads
+from ..moe import RoutingConfig, expected_max_loads
 from ..strategy import Strategy
 
 __all__ = ["GroupBatch", "StepCost"]
@@ -90,6 +92,8 @@ class StepCost:
     """
 
     def __init__(self, ctx: CostContext, strategy: Strategy, runtime=None):
+        if runtime is not None and runtime.moe_a2a_backend == "deepep" and getattr(ctx.routing, "a2a", None) != "deepep":
+            ctx = dataclasses.replace(ctx, routing=dataclasses.replace(ctx.routing or RoutingConfig(), a2a="deepep"))
         self.ctx, self.strategy, self.runtime = ctx, strategy, runtime
         self.model, self.gpu, self.w = ctx.model, ctx.cluster.gpu, ctx.workload
         dense, moe, _ = stage_layers(self.model, np.array([strategy.pp]))
