@@ -322,3 +322,23 @@ def test_a_deepep_runtime_prices_its_all_to_alls_with_deepep_and_launches_with_i
     assert "--moe-a2a-backend" not in serving_launch(plan, base.model, "sglang").to_text()
     with pytest.raises(ServingInputError, match="moe_a2a_backend"):
         deepep.with_overrides(moe_a2a_backend="mooncake")
+
+
+def test_the_step_memo_stays_exact_under_skewed_routing():
+    """The skewed load depends only on the step's tokens, the memo's key: a memoized step equals the same
+    step priced by a fresh StepCost (no memo), and an eager-step cost differs from the uniform one."""
+    from simcore.moe import RoutingConfig
+    from simcore.serving import runtime_strategy
+
+    base = _ctx("deepseek-v3")
+    ctx = CostContext(base.model, base.workload, base.cluster, routing=RoutingConfig(distribution="zipf"))
+    s = runtime_strategy(tp=1, ep=8)
+    first = [GroupBatch.of([(256, 0)], [1500 + g] * 32, 33) for g in range(8)]
+    second = [GroupBatch.of([(256, 100)], [2500 + g] * 32, 33) for g in range(8)]  # same tokens and samples
+    cost = StepCost(ctx, s)
+    cost.stage_times(first)
+    before = cost.lowerings
+    memoized = cost.stage_times(second)
+    assert cost.lowerings == before  # taken from the memo
+    assert memoized == StepCost(ctx, s).stage_times(second)
+    assert memoized != StepCost(base, s).stage_times(second)
