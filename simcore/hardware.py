@@ -90,23 +90,29 @@ class GpuSpec:
 
 _GB = 1e9
 
-# H100 SXM5 80 GB: 989.4 TFLOP/s dense BF16, 1978.9 FP8 (NVIDIA Hopper whitepaper via
-# glennklockwood.com/garden/processors/h100); 80 GB HBM3 at 3.35 TB/s (stas00 ml-engineering);
+# H100 SXM5 "80 GB": 989.4 TFLOP/s dense BF16, 1978.9 FP8 (NVIDIA Hopper whitepaper via
+# glennklockwood.com/garden/processors/h100); HBM3 at 3.35 TB/s (stas00 ml-engineering);
 # NVLink4 18 links x 25 GB/s = 450 GB/s per direction; one ConnectX-7 NDR 400 Gb/s NIC per GPU
 # (DGX H100 user guide). Efficiencies: validation/fit_kernels.py on validation/data/kernels_h100.csv.
+# hbm_bytes is the capacity the driver reports, not the marketing figure: NVIDIA's "80 GB" and
+# "141 GB" are 81,559 MiB = 85.52e9 B and 143,771 MiB = 150.75e9 B in nvidia-smi (NVML; table in
+# https://thundergolfer.com/blog/nvidia-gpu-memory-capacity), and the runtimes' memory fractions
+# (vLLM's gpu_memory_utilization, SGLang's mem_fraction_static) are fractions of that total; what
+# CUDA itself keeps back (torch sees 79.11 GiB of an H100: vllm-project/vllm#27508) is part of
+# hbm_reserved_bytes.
 H100_SXM = GpuSpec(
     name="h100-sxm",
     peak_flops_per_s={"bf16": 989.4e12, "fp8": 1978.9e12},
-    hbm_bytes=80 * _GB,
+    hbm_bytes=85.52 * _GB,
     hbm_bandwidth_bytes_per_s=3.35e12,
     nvlink_bandwidth_bytes_per_s=450 * _GB,
     nvlink_links=18,
     nic_bandwidth_bytes_per_s=400e9 / 8,
 )
 
-# H200 SXM 141 GB: same GH100 die and NVLink4 fabric as H100, HBM3e 141 GB at 4.8 TB/s
-# (NVIDIA H200 product page, as quoted in shared/reference/specs_h100.md for the 8x H200 sweep).
-H200 = dataclasses.replace(H100_SXM, name="h200", hbm_bytes=141 * _GB, hbm_bandwidth_bytes_per_s=4.8e12)
+# H200 SXM 141 GB: same GH100 die and NVLink4 fabric as H100, HBM3e at 4.8 TB/s (NVIDIA H200 product
+# page, as quoted in shared/reference/specs_h100.md for the 8x H200 sweep); 150.75e9 B as reported (above).
+H200 = dataclasses.replace(H100_SXM, name="h200", hbm_bytes=150.75 * _GB, hbm_bandwidth_bytes_per_s=4.8e12)
 
 # H800 SXM: the China-market Hopper; same SMs (DeepGEMM reaches 1358+ FP8 TFLOP/s on it), NVLink cut
 # to 400 GB/s bidirectional = 200 GB/s per direction (NVIDIA/nccl issue #1374; DeepEP README).

@@ -76,6 +76,19 @@ def test_an_attention_dp_degree_that_is_the_product_of_equal_expert_degrees_is_d
     assert case.plan.pool.max_num_seqs == 128
 
 
+@pytest.mark.parametrize("backend", ["sglang", "trtllm", "vllm"])
+def test_the_recorded_batch_is_per_attention_dp_rank_for_every_backend(backend):
+    # the sample's SGLang DP-attention decode pools: batch 8 on 8 DP ranks at 64 clients (cfg434 rows)
+    row = _row(model_path="deepseek-ai/DeepSeek-V3", backend=backend, mode="disagg", batch_size="",
+               prefill_num_workers=1, decode_num_workers=1, prefill_batch_size=1, decode_batch_size=8,
+               **{f"{p}_{k}": v for p, layout in (("prefill", (8, 1, 8, 1)), ("decode", (1, 8, 1, 8)))
+                  for k, v in zip(("tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"), layout,
+                                  strict=True)})
+    case = map_row(row)
+    assert not case.skip
+    assert case.plan.decode.max_num_seqs == 64 and case.plan.prefill.max_num_seqs == 1
+
+
 def test_a_tp_degree_that_is_a_product_of_unequal_expert_degrees_is_skipped():
     row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", tp_size=32, attention_dp_size=1,
                moe_tp_size=4, moe_ep_size=8)

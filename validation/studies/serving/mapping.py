@@ -32,9 +32,11 @@ The mapping, column by column:
   whose two expert degrees differ stays skipped (its launch is not known). The same launch with
   attention data parallelism on (``dp-attn: true``: DeepSeek on TensorRT-LLM at 8k/1k) is recorded as
   tp 1, ``attention_dp_size`` 64 = 8 x 8, and maps to attention DP 8 with experts EP 8 on 8 GPUs.
-- ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker
-  (TensorRT-LLM's and vLLM's are per attention-DP rank, each vLLM DP rank being its own engine with its
-  own scheduler: times ``attention_dp_size``); blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
+- ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker:
+  the sample records it per attention-DP rank for every backend (TensorRT-LLM's ``max_batch_size`` and
+  each vLLM DP engine's ``max_num_seqs`` are per rank; SGLang's DP-attention rows record the per-rank
+  share of ``--max-running-requests``: decode batch 8 / 16 / 32 on 8 DP ranks at 64 / 128 / 256
+  clients), so times ``attention_dp_size``; blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
 - ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
 - The measuring harness's launch flags, where its scripts set them (:mod:`.launch`) -> ``launch``:
   runtime-profile fields the row is simulated with.
@@ -106,9 +108,8 @@ def _int(row: dict, key: str, default: int | None = None) -> int | None:
 
 
 def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
-    """One pool's layout. TensorRT-LLM's ``max_batch_size`` and vLLM's ``max_num_seqs`` are per
-    attention-DP rank, so a worker runs ``batch_size x attention_dp_size`` sequences; SGLang's
-    ``max_running_requests`` is per worker."""
+    """One pool's layout. ``batch_size`` is per attention-DP rank (module doc), so a worker runs
+    ``batch_size x attention_dp_size`` sequences."""
     tp = _int(row, f"{prefix}tp_size", 1)
     pp = _int(row, f"{prefix}pp_size", 1)
     dp = recorded_dp = _int(row, f"{prefix}attention_dp_size", 1)
@@ -130,8 +131,7 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
                 f"launch is not known")
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
-    if row.get("backend", "").strip() == "trtllm" or vllm:
-        seqs *= max(dp, recorded_dp)  # per recorded rank: 64 = 8 x 8 ranks of batch b run 64 b sequences
+    seqs *= max(dp, recorded_dp)  # per recorded rank: 64 = 8 x 8 ranks of batch b run 64 b sequences
     return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
 
 
