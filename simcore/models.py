@@ -45,7 +45,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "deepseek-v3", "gpt-moe-1.2t", "gpt-moe-1.6t",
     "qwen3-32b", "qwen3-235b-a22b", "qwen2-57b-a14b", "deepseek-v2", "deepseek-v2-lite", "deepseek-r1",
     "gpt-oss-120b", "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "kimi-k2", "minimax-m2",
-    "qwen3-next-80b-a3b", "qwen3.5-397b-a17b",
+    "qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "qwen3-30b-a3b", "qwen3-coder-480b-a35b", "qwen2.5-72b",
 )
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
@@ -399,7 +399,10 @@ _SAME_SHAPE = {
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
     "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
     "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct",),
-    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct",),
+    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B-FP8"),
+    "qwen3-coder-480b-a35b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",),
+    "qwen2.5-72b": ("Qwen/Qwen2.5-72B",),
     "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
     "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8",
                            "Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3-Next-80B-A3B-Thinking-FP8"),

@@ -192,6 +192,11 @@ def test_published_model_ids_map_to_presets() -> None:
     assert get_model("moonshotai/Kimi-K2.5") is get_model("kimi-k2")
     assert preset_for("MiniMax-M2.5") == "minimax-m2" and preset_for("openai/gpt-oss-20b") == "gpt-oss-20b"
     assert preset_for("Qwen/Qwen3-235B-A22B-Instruct-2507") == "qwen3-235b-a22b"
+    # the same shapes under the ids a serving sample names them by (H100 hold-out: issue 15)
+    assert preset_for("meta-llama/Llama-3.3-70B-Instruct") == "llama-3.1-70b"
+    assert preset_for("Qwen/Qwen3-30B-A3B-FP8") == "qwen3-30b-a3b"
+    assert preset_for("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8") == "qwen3-coder-480b-a35b"
+    assert preset_for("Qwen/Qwen2.5-72B-Instruct") == "qwen2.5-72b"
     assert preset_for("some-org/unknown-model") is None
     for model_id in ("zai-org/GLM-5", "GLM-5"):
         with pytest.raises(ModelConfigError, match="glm_moe_dsa.*sparse attention"):
