@@ -34,6 +34,14 @@ def test_vllm_blank_attention_dp_is_the_moe_world_over_tp():
     assert pool.max_num_seqs == 16  # vLLM's max_num_seqs is per data-parallel engine
 
 
+@pytest.mark.parametrize("precision", ["fp16", "float16", "bf16"])
+def test_sixteen_bit_precisions_map_to_bf16(precision):
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision=precision, tp_size=1))
+    assert not case.skip and case.ctx.workload.precision == "bf16"
+    assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision="int8")).skip == \
+        "precision: 'int8' is not modelled"
+
+
 def test_explicit_attention_dp_that_disagrees_with_the_experts_is_skipped():
     case = map_row(_qwen_moe(tp_size=1, attention_dp_size=1, moe_tp_size=2, moe_ep_size=1))
     assert case.skip.startswith("layout: attention on tp1 x dp1 GPUs but experts on moe_tp2")

@@ -139,6 +139,8 @@ def _workload(precision: str, model, gpu: str) -> Workload | str:
     p = precision.strip().lower()
     if p in ("fp8", "bf16"):
         return Workload(precision=p)
+    if p in ("fp16", "float16", "bfloat16"):  # aiconfigurator's name for 16-bit; Hopper runs FP16 at BF16's rate
+        return Workload(precision="bf16")
     if p in _FOUR_BIT:
         if not model.is_moe:
             return f"precision: {p} weights on a dense model are not modelled"
