@@ -26,6 +26,14 @@ def _qwen_moe(**kw) -> dict:
     return _row(model_path="Qwen/Qwen3-235B-A22B-FP8", **kw)
 
 
+def _write(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def test_vllm_blank_attention_dp_is_the_moe_world_over_tp():
     case = map_row(_qwen_moe(tp_size=1, attention_dp_size="", moe_tp_size=2, moe_ep_size=1))
     assert not case.skip
@@ -40,6 +48,43 @@ def test_sixteen_bit_precisions_map_to_bf16(precision):
     assert not case.skip and case.ctx.workload.precision == "bf16"
     assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision="int8")).skip == \
         "precision: 'int8' is not modelled"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"isl": ""}, "isl: a length is needed"),
+    ({"osl": "abc"}, "osl: 'abc' is not a number"),
+    ({"tp_size": "x"}, "tp_size: 'x' is not a number"),
+    ({"tp_size": "2.5"}, "tp_size: must be a whole number, got '2.5'"),
+    ({"tp_size": "0"}, "tp_size: must be a positive number, got '0'"),
+    ({"isl": "-5"}, "isl: must be a positive number, got '-5'"),
+    ({"backend": "lmdeploy"}, "backend: 'lmdeploy' is not one of vllm, sglang, trtllm"),
+    ({"mode": "both"}, "mode: 'both' is not one of agg, disagg"),
+    ({"silicon_ttft_ms": ""}, "silicon_ttft_ms: '' is not a number"),
+    ({"silicon_data_source": "silicon_concurrency=0"}, "silicon_data_source: silicon_concurrency must be >= 1"),
+])
+def test_a_row_with_a_bad_field_is_skipped_with_that_field_named(change, reason):
+    case = map_row(_row(**{"model_path": "meta-llama/Llama-3.1-8B-Instruct", "tp_size": 1, **change}))
+    assert case.skip.startswith(reason)
+
+
+def test_lengths_and_degrees_written_as_floats_are_read():
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", isl="1000.0", osl="100.0", tp_size="2.0"))
+    assert not case.skip and (case.isl, case.osl, case.plan.pool.strategy.tp) == (1000, 100, 2)
+
+
+def test_the_study_survives_bad_rows(tmp_path):
+    rows = [_row(id="good", model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, osl=20,
+                 silicon_data_source="x; silicon_concurrency=2"),
+            _row(id="bad", model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, silicon_ttft_ms="n/a")]
+    summary = run(_write(tmp_path / "rows.csv", rows), tmp_path / "out", SimpleNamespace(jobs=1))
+    assert summary["all"]["simulated"] == 1 and summary["skipped"] == {"silicon_ttft_ms: 'n/a' is not a number": 1}
+
+
+def test_a_data_file_without_rows_is_an_error(tmp_path):
+    data = tmp_path / "empty.csv"
+    data.write_text(",".join(_BASE) + "\n")
+    with pytest.raises(ValueError, match="holds no rows"):
+        load_cases(data)
 
 
 def test_explicit_attention_dp_that_disagrees_with_the_experts_is_skipped():
@@ -154,12 +199,7 @@ def test_duplicates_keep_the_first_simulable_row_and_ignore_float_noise():
 def test_run_scores_each_measurement_once(tmp_path):
     one = _row(id="x", model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1,
                silicon_data_source="silicon_concurrency=4", isl=256, osl=16)
-    data = tmp_path / "in.csv"
-    with data.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(one))
-        writer.writeheader()
-        writer.writerows([one, dict(one, id="y")])
-    summary = run(data, tmp_path / "out", SimpleNamespace(jobs=1))
+    summary = run(_write(tmp_path / "in.csv", [one, dict(one, id="y")]), tmp_path / "out", SimpleNamespace(jobs=1))
     out = list(csv.DictReader((tmp_path / "out" / "rows.csv").open()))
     assert [r["duplicate_of"] for r in out] == ["", "x"]
     assert out[1]["skipped_reason"] == "duplicate measurement" and out[1]["sim_ttft_ms"] == "nan"
@@ -171,11 +211,7 @@ def test_run_writes_rows_and_summary(tmp_path):
     rows = [_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1,
                  silicon_data_source="silicon_concurrency=4", isl=256, osl=16),
             _row(model_path="nobody/NoSuchModel-7B", tp_size=1)]
-    data = tmp_path / "in.csv"
-    with data.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    data = _write(tmp_path / "in.csv", rows)
     summary = run(data, tmp_path / "out", SimpleNamespace(jobs=2))
     out = list(csv.DictReader((tmp_path / "out" / "rows.csv").open()))
     assert [bool(r["skipped_reason"]) for r in out] == [False, True]

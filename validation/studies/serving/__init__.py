@@ -99,7 +99,9 @@ def load_cases(path: Path) -> list[RowCase]:
         rows = list(csv.DictReader(f))
     need = ("model_path", "backend", "system", "mode", "isl", "osl", "silicon_data_source", "silicon_ttft_ms",
             "silicon_tpot_ms")
-    missing = [c for c in need if rows and c not in rows[0]]
+    if not rows:
+        raise ValueError(f"data: {path} holds no rows")
+    missing = [c for c in need if c not in rows[0]]
     if missing:
         raise ValueError(f"data: missing column(s) {', '.join(missing)}")
     return [map_row(r) for r in rows]
@@ -134,6 +136,14 @@ def simulate_case(case: RowCase, runtime=None) -> tuple[float, float, str]:
     return result.metrics.ttft_s["mean"], result.metrics.tpot_s["mean"], ""
 
 
+def _measured(row: dict, key: str) -> float:
+    """A measured value, nan where the row has none (such a row is skipped by :func:`map_row`)."""
+    try:
+        return float(row.get(key) or "nan")
+    except ValueError:
+        return math.nan
+
+
 def _rel(sim: float, measured: float) -> float:
     return (sim - measured) / measured if measured > 0 and sim == sim else math.nan
 
@@ -162,7 +172,12 @@ def _table(title: str, groups: dict[str, list[dict]]) -> None:
 def _simulate_row(row: dict) -> tuple[float, float, str]:
     """:func:`simulate_case` of a CSV row (what a worker process is handed: rows pickle, cases need not)."""
     case = map_row(row)
-    return (math.nan, math.nan, case.skip) if case.skip else simulate_case(case)
+    if case.skip:
+        return math.nan, math.nan, case.skip
+    try:
+        return simulate_case(case)
+    except ValueError as exc:  # input the simulator refuses (ServingInputError and kin): one line, named
+        return math.nan, math.nan, str(exc).splitlines()[0]
 
 
 def _simulate_all(cases: list[RowCase], jobs: int | None) -> list[tuple[float, float, str]]:
@@ -190,7 +205,7 @@ def run(data: Path, out: Path, study=None) -> dict:
         ttft, tpot, reason = (math.nan, math.nan, "duplicate measurement") if duplicate_of else next(simulated)
         row = dict(case.row)
         row["set"] = split_of(row)
-        m_ttft, m_tpot = float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
+        m_ttft, m_tpot = _measured(row, "silicon_ttft_ms"), _measured(row, "silicon_tpot_ms")
         row.update(sim_ttft_ms=ttft * 1e3, sim_tpot_ms=tpot * 1e3, ttft_rel_error=_rel(ttft * 1e3, m_ttft),
                    tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason, duplicate_of=duplicate_of)
         rows.append(row)

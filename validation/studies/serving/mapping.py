@@ -100,11 +100,30 @@ def runtime_of(row: dict) -> str:
     return "vllm" if found and (int(found.group(1)), int(found.group(2))) >= (0, 14) else "vllm-sync"
 
 
+class RowError(ValueError):
+    """A field of one row that cannot be read; the row is skipped with this one-line reason."""
+
+
+def _number(row: dict, key: str) -> float:
+    """A positive number in column ``key`` (``1024`` or ``1024.0``), else :class:`RowError` naming it."""
+    text = (row.get(key) or "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise RowError(f"{key}: {text!r} is not a number") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise RowError(f"{key}: must be a positive number, got {text!r}")
+    return value
+
+
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
-    value = (row.get(key) or "").strip()
-    if not value:
+    """A positive integer in column ``key``; blank gives ``default``."""
+    if not (row.get(key) or "").strip():
         return default
-    return int(float(value))
+    value = _number(row, key)
+    if value != int(value):
+        raise RowError(f"{key}: must be a whole number, got {row.get(key)!r}")
+    return int(value)
 
 
 def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
@@ -154,9 +173,30 @@ def _workload(precision: str, model, gpu: str) -> Workload | str:
     return f"precision: {p!r} is not modelled"
 
 
+BACKENDS = ("vllm", "sglang", "trtllm")
+MODES = ("agg", "disagg")
+
+
 def map_row(row: dict) -> RowCase:
+    """The row as a case to simulate, or with ``skip`` saying in one line which field stops it."""
+    try:
+        return _map_row(row)
+    except ValueError as exc:  # RowError, and a layout the strategy or plan refuses: each names its field
+        case = RowCase(row)
+        case.skip = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return case
+
+
+def _map_row(row: dict) -> RowCase:
     case = RowCase(row)
-    preset = model_preset(row.get("model_path", ""))
+    backend, mode = (row.get("backend") or "").strip(), (row.get("mode") or "").strip()
+    if backend not in BACKENDS:
+        raise RowError(f"backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    if mode not in MODES:
+        raise RowError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+    for key in ("silicon_ttft_ms", "silicon_tpot_ms"):
+        _number(row, key)
+    preset = model_preset(row.get("model_path") or "")
     if isinstance(preset, ModelConfigError):
         case.skip = f"model: {preset}"
         return case
@@ -167,22 +207,26 @@ def map_row(row: dict) -> RowCase:
     if gpu is None:
         case.skip = f"system: {row.get('system')!r} is not one of {', '.join(SYSTEMS)}"
         return case
-    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
+    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
     if not found:
         case.skip = "silicon_data_source: no silicon_concurrency=N"
         return case
     case.concurrency = int(found.group(1))
-    case.isl, case.osl = int(row["isl"]), int(row["osl"])
+    if case.concurrency < 1:
+        raise RowError(f"silicon_data_source: silicon_concurrency must be >= 1, got {case.concurrency}")
+    case.isl, case.osl = _int(row, "isl", 0), _int(row, "osl", 0)
+    if not (case.isl and case.osl):
+        raise RowError(f"{'isl' if not case.isl else 'osl'}: a length is needed")
     case.runtime = runtime_of(row)
     model = get_model(preset)
-    workload = _workload(row.get("precision", ""), model, gpu)
+    workload = _workload(row.get("precision") or "", model, gpu)
     if isinstance(workload, str):
         case.skip = workload
         return case
-    if row.get("mode") == "disagg" and not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
+    if mode == "disagg" and not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
         case.skip = "layout: a disaggregated row without worker counts (the pools' sizes are unknown)"
         return case
-    if row.get("mode") == "disagg":
+    if mode == "disagg":
         pools = [_pool(row, p, case.concurrency, model.is_moe) for p in ("prefill_", "decode_")]
     else:
         pools = [_pool(row, "", case.concurrency, model.is_moe)]
@@ -194,7 +238,7 @@ def map_row(row: dict) -> RowCase:
         else ServingPlan.disaggregated(*pools)
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
-    case.launch = launch_flags(row.get("backend", "").strip(), preset, case.isl, case.osl, case.concurrency,
+    case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency,
                                tp=pools[0].strategy.tp)
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
     return case
