@@ -217,6 +217,8 @@ def test_run_writes_rows_and_summary(tmp_path):
     assert [bool(r["skipped_reason"]) for r in out] == [False, True]
     assert float(out[0]["sim_ttft_ms"]) > 0 and float(out[0]["sim_tpot_ms"]) > 0
     assert summary["all"]["simulated"] == 1 and summary["simulated_share"] == 0.5
+    assert summary["by_model"]["Llama-3.1-8B-Instruct vllm"]["simulated"] == 1
+    assert summary["by_model"]["NoSuchModel-7B vllm"] == {**summary["by_model"]["NoSuchModel-7B vllm"], "simulated": 0}
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["test"]["rows"] == 1  # the 8B model is a fit model
     run(data, tmp_path / "one", SimpleNamespace(jobs=1))  # worker processes change nothing
     assert (tmp_path / "one" / "rows.csv").read_text() == (tmp_path / "out" / "rows.csv").read_text()

@@ -162,10 +162,10 @@ def summarize_rows(rows: list[dict]) -> dict:
 
 def _table(title: str, groups: dict[str, list[dict]]) -> None:
     print(f"\n{title}")
-    print(f"{'':28s} {'rows':>5s} {'sim':>5s} {'|TTFT err|':>11s} {'|TPOT err|':>11s}")
+    print(f"{'':34s} {'rows':>5s} {'sim':>5s} {'|TTFT err|':>11s} {'|TPOT err|':>11s}")
     for key, rows in sorted(groups.items()):
         s = summarize_rows(rows)
-        print(f"{key:28s} {s['rows']:5d} {s['simulated']:5d} {s['median_abs_ttft_error']:11.1%} "
+        print(f"{key:34s} {s['rows']:5d} {s['simulated']:5d} {s['median_abs_ttft_error']:11.1%} "
               f"{s['median_abs_tpot_error']:11.1%}")
 
 
@@ -225,11 +225,13 @@ def run(data: Path, out: Path, study=None) -> dict:
         summary[name] = summarize_rows(part)
         _table(f"{name} set, by backend", _group(part, lambda r: r["backend"]))
         _table(f"{name} set, by mode", _group(part, lambda r: r["mode"]))
+        _table(f"{name} set, by model and backend", _group(part, _model_backend))
     summary["all"] = summarize_rows(rows)
     summary["simulated_share"] = summary["all"]["simulated"] / max(summary["all"]["rows"], 1)
     summary["duplicates"] = sum(bool(d) for d in dup)
     summary["by_backend"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["backend"]).items()}
     summary["by_mode"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["mode"]).items()}
+    summary["by_model"] = {k: summarize_rows(v) for k, v in _group(rows, _model_backend).items()}
     skipped: dict[str, int] = {}
     for r in rows:
         if r["skipped_reason"] and not r["duplicate_of"]:
@@ -239,6 +241,11 @@ def run(data: Path, out: Path, study=None) -> dict:
     print(f"\nskipped: {sum(skipped.values())} rows; " + "; ".join(f"{v} x {k}" for k, v in skipped.items()))
     print(f"duplicates: {summary['duplicates']} rows repeat another row's measurement, scored once")
     return summary
+
+
+def _model_backend(row: dict) -> str:
+    """``Kimi-K2.5 vllm``: the model's name (after its organisation) and the backend."""
+    return f"{(row.get('model_path') or '').strip().split('/')[-1]} {row.get('backend', '')}"
 
 
 def _group(rows: list[dict], key) -> dict[str, list[dict]]:
