@@ -280,6 +280,7 @@ def _parsers() -> dict[str, Callable[[Reader], dict[str, Any]]]:
             "RefinedWebModel": _parse_falcon, "deepseek_v3": fam.parse_deepseek, "deepseek_v2": fam.parse_deepseek,
             "kimi_k2": fam.parse_deepseek, "qwen2_moe": fam.parse_qwen_moe, "qwen3_moe": fam.parse_qwen_moe,
             "gpt_oss": fam.parse_gpt_oss, "llama4_text": fam.parse_llama4, "minimax_m2": fam.parse_minimax_m2,
+            "glm4_moe": fam.parse_glm4_moe,
             **dict.fromkeys(fam.QWEN_HYBRID_TYPES, fam.parse_qwen_hybrid), SPEC_TYPE: _parse_spec}
 
 

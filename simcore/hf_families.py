@@ -2,7 +2,7 @@
 
 Each reader returns :class:`~simcore.models.ModelSpec` fields. Where a config leaves a field out, the
 default is the one the family's Hugging Face ``transformers`` model uses. Multi-token-prediction
-modules (DeepSeek ``num_nextn_predict_layers``, MiniMax ``num_mtp_modules``) are not counted, as the
+modules (DeepSeek and GLM ``num_nextn_predict_layers``, MiniMax ``num_mtp_modules``) are not counted, as the
 published totals of the main models do not count them.
 """
 
@@ -14,7 +14,7 @@ from .hf_config import _MISSING as _NONE
 from .hf_config import Reader, qwen_attention, windowed_layers
 
 __all__ = ["parse_deepseek", "parse_qwen_moe", "parse_gpt_oss", "parse_llama4", "parse_minimax_m2",
-           "parse_qwen_hybrid", "QWEN_HYBRID_TYPES"]
+           "parse_glm4_moe", "parse_qwen_hybrid", "QWEN_HYBRID_TYPES"]
 
 #: model_types of the Qwen Gated DeltaNet hybrids, flat (text model) or wrapping a ``text_config``.
 QWEN_HYBRID_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text")
@@ -194,6 +194,26 @@ def parse_llama4(r: Reader) -> dict[str, Any]:
                 attention_bias=r.flag("attention_bias", False), moe_layers=moe)
     if windowed and chunk:  # a chunk-local layer sees at most chunk tokens (the window is its upper bound)
         spec.update(sliding_window=chunk, window_layers=tuple(windowed))
+    return spec
+
+
+def parse_glm4_moe(r: Reader) -> dict[str, Any]:
+    """GLM-4.5 / 4.6 (``glm4_moe``): GQA with q/k/v biases (``attention_bias``; o_proj has none) and
+    optional per-head q/k RMSNorm (``use_qk_norm``), ``first_k_dense_replace`` dense layers, then MoE
+    layers of routed + shared experts behind a sigmoid router with a correction bias (HF ``Glm4MoeTopkRouter``
+    always carries ``e_score_correction_bias``). Partial rotary and the router's grouping and scaling change
+    no shape (ignored)."""
+    spec = _base(r)
+    r.ignore("num_nextn_predict_layers", "partial_rotary_factor", "n_group", "topk_group", "routed_scaling_factor",
+             "norm_topk_prob", "topk_method", "moe_router_dtype")
+    if r.int("decoder_sparse_step", default=1) != 1:  # HF's Glm4Moe makes every layer after the dense ones MoE
+        raise r.error("field 'decoder_sparse_step' other than 1 is not how glm4_moe lays out its MoE layers")
+    spec.update(ffn_size=r.int("intermediate_size"), qkv_bias=r.flag("attention_bias", False),
+                qk_norm="head" if r.flag("use_qk_norm", False) else "none",
+                num_experts=r.int("n_routed_experts"), top_k=r.int("num_experts_per_tok"),
+                num_shared_experts=r.int("n_shared_experts", default=0, minimum=0),
+                expert_ffn_size=r.int("moe_intermediate_size"),
+                dense_first_layers=r.int("first_k_dense_replace", default=0, minimum=0), router_bias=True)
     return spec
 
 

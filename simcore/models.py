@@ -46,6 +46,7 @@ MODEL_NAMES: tuple[str, ...] = (
     "qwen3-32b", "qwen3-235b-a22b", "qwen2-57b-a14b", "deepseek-v2", "deepseek-v2-lite", "deepseek-r1",
     "gpt-oss-120b", "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "kimi-k2", "minimax-m2",
     "qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "qwen3-30b-a3b", "qwen3-coder-480b-a35b", "qwen2.5-72b",
+    "glm-4.5-air",
 )
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
@@ -403,6 +404,7 @@ _SAME_SHAPE = {
     "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B-FP8"),
     "qwen3-coder-480b-a35b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",),
     "qwen2.5-72b": ("Qwen/Qwen2.5-72B",),
+    "glm-4.5-air": ("zai-org/GLM-4.5-Air-FP8",),
     "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
     "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8",
                            "Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3-Next-80B-A3B-Thinking-FP8"),

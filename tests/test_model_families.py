@@ -197,7 +197,17 @@ def test_published_model_ids_map_to_presets() -> None:
     assert preset_for("Qwen/Qwen3-30B-A3B-FP8") == "qwen3-30b-a3b"
     assert preset_for("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8") == "qwen3-coder-480b-a35b"
     assert preset_for("Qwen/Qwen2.5-72B-Instruct") == "qwen2.5-72b"
+    assert preset_for("zai-org/GLM-4.5-Air-FP8") == "glm-4.5-air"
     assert preset_for("some-org/unknown-model") is None
     for model_id in ("zai-org/GLM-5", "GLM-5"):
         with pytest.raises(ModelConfigError, match="glm_moe_dsa.*sparse attention"):
             get_model(model_id)
+
+
+def test_glm4_moe_reads_dense_then_moe_layers_with_a_shared_expert() -> None:
+    spec = get_model("glm-4.5-air")  # 46 layers: 1 dense, 45 MoE of 128 routed + 1 shared expert, top-8
+    assert (spec.num_dense_layers, spec.num_moe_layers, spec.num_experts, spec.top_k) == (1, 45, 128, 8)
+    assert spec.num_shared_experts == 1 and spec.router_bias and spec.qkv_bias and not spec.attention_bias
+    assert spec.qk_norm == "none" and spec.ffn_size == 10944 and spec.expert_ffn_size == 1408
+    assert from_hf_config({**_raw("glm-4.5-air"), "use_qk_norm": True}).qk_norm == "head"
+    _refused({**_raw("glm-4.5-air"), "decoder_sparse_step": 2}, "decoder_sparse_step")
