@@ -279,3 +279,23 @@ def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_k
     assert trt.moe_gemm_efficiency != vllm.moe_gemm_efficiency  # so the flag changes the model
     assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "deepseek-r1", 1024, 1024, 16))
     assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "gpt-oss-120b", 1000, 1000, 16))
+
+
+@pytest.mark.parametrize(("model", "backend", "layout"), [
+    ("nvidia/Llama-3.3-70B-Instruct-FP8", "trtllm", {"tp_size": 4}),
+    ("Qwen/Qwen3-32B", "sglang", {"tp_size": 2}),
+    ("Qwen/Qwen3-30B-A3B-FP8", "vllm", {"tp_size": 1, "moe_tp_size": 1}),
+    ("openai/gpt-oss-120b", "vllm", {"precision": "fp4", "tp_size": 2, "moe_tp_size": 2}),
+    ("deepseek-ai/DeepSeek-R1", "trtllm", {"tp_size": 1, "attention_dp_size": 16, "moe_ep_size": 16, "batch_size": 1}),
+])
+def test_h100_rows_of_each_family_map_and_simulate(model, backend, layout):
+    """The hold-out's system (h100_sxm): a row of each family maps to a plan that fits the 80 GB GPUs
+    (DeepSeek-R1 on two nodes) and simulates to finite TTFT and TPOT."""
+    from validation.studies.serving import simulate_case
+
+    row = _row(**{"model_path": model, "backend": backend, "system": "h100_sxm", "isl": 1024, "osl": 32,
+                  "silicon_data_source": "x; silicon_concurrency=4", **layout})
+    case = map_row(row)
+    assert not case.skip, case.skip
+    ttft, tpot, why = simulate_case(case)
+    assert not why and 0 < ttft < 60 and 0 < tpot < 1
