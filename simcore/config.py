@@ -53,6 +53,7 @@ class TopologyConfig:
 class WorkloadConfig:
     phase: str = "decode"
     precision: str = "fp8"
+    kv_precision: str | None = None  # the KV cache's element type; null: as precision
     input_len: int = 4096
     output_len: int = 256
     ttft_slo_ms: float | None = None
@@ -107,7 +108,8 @@ def build_workload(cfg: WorkloadConfig):
     def ms(v):
         return None if v is None else float(v) / 1e3
 
-    return Workload(phase=cfg.phase, precision=cfg.precision, input_len=int(cfg.input_len),
+    return Workload(phase=cfg.phase, precision=cfg.precision, kv_precision=getattr(cfg, "kv_precision", None),
+                    input_len=int(cfg.input_len),
                     output_len=int(cfg.output_len), ttft_slo_s=ms(cfg.ttft_slo_ms), tpot_slo_s=ms(cfg.tpot_slo_ms))
 
 

@@ -21,7 +21,8 @@ class Workload:
     - ``static``: a static batch: prefill of ``input_len`` tokens, then ``output_len`` decode steps with a
       KV cache growing from ``input_len`` to ``input_len + output_len``.
 
-    ``precision`` sets weights, GEMMs and KV cache (``bf16`` | ``fp8``); activations stay 16-bit.
+    ``precision`` sets weights and GEMMs (``bf16`` | ``fp8``); activations stay 16-bit. The KV cache is
+    stored at ``kv_precision`` (``None``: at ``precision``).
     SLOs are in seconds; ``None`` means no target.
     """
 
@@ -40,6 +41,10 @@ class Workload:
     #: XQA) load each KV head once for its whole group; > 0: a masked-MHA kernel with one thread
     #: block per query head (TensorRT-LLM before XQA), whose re-reads L2 only partly catches.
     decode_kv_reread: float = 0.0
+    #: The KV cache's element type (``bf16`` | ``fp8``; ``None``: ``precision``). A runtime's own choice,
+    #: not the checkpoint's weights': vLLM's and SGLang's ``--kv-cache-dtype auto`` store KV in the
+    #: model's activation dtype (BF16) even for FP8 weights, unless a flag or the checkpoint says FP8.
+    kv_precision: str | None = None
     #: How the runtime launches kernels (:mod:`simcore.host`). ``True``: CUDA-graph replay, each kernel's
     #: fixed cost ``RuntimeProfile.graph_kernel_s`` (vLLM, SGLang, TensorRT-LLM's PyTorch backend in
     #: decode). ``False`` (default): eager launches at ``GpuSpec.kernel_overhead_s`` each, as the static
@@ -62,6 +67,9 @@ class Workload:
             raise ValueError(f"workload.input_len must be a positive integer, got {self.input_len!r}")
         if not isinstance(self.output_len, int) or self.output_len < 1:
             raise ValueError(f"workload.output_len must be a positive integer, got {self.output_len!r}")
+        if self.kv_precision is not None and self.kv_precision not in PRECISION_BYTES:
+            raise ValueError(f"workload.kv_precision: {self.kv_precision!r} is not one of "
+                             f"{', '.join(PRECISION_BYTES)} (or null: as workload.precision)")
         if not 0.0 <= self.decode_kv_reread <= 1.0:
             raise ValueError(f"workload.decode_kv_reread must be in [0, 1], got {self.decode_kv_reread!r}")
         if not (self.launch_s >= 0 and math.isfinite(self.launch_s)):
@@ -85,7 +93,7 @@ class Workload:
 
     @property
     def kv_bytes(self) -> float:
-        return PRECISION_BYTES[self.precision]
+        return PRECISION_BYTES[self.kv_precision or self.precision]
 
     @property
     def max_context(self) -> int:

@@ -130,6 +130,7 @@ def test_report_gathers_jobs(search_run, tmp_path):
 @pytest.mark.parametrize(("args", "field"), [
     (["model.name=gpt-7"], "unknown model"),
     (["workload.input_len=0"], "workload.input_len"),
+    (["workload.kv_precision=int4"], "workload.kv_precision"),
     (["topology.num_nodes=0"], "num_nodes"),
     (["planner.batch=[0,4]"], "batch"),
     (["planner.name=ppo2"], "planner.name"),

@@ -10,7 +10,8 @@ The mapping, column by column:
 - ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``; vLLM before v0.14 or unversioned ->
   ``vllm-sync``, see :func:`runtime_of`); ``system`` -> GPU (``h100_sxm``,
   ``h200_sxm``, ``b200_sxm``).
-- ``precision`` -> weights and GEMMs: ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
+- ``precision`` -> weights and GEMMs (the KV cache's type is the runtime's choice: :mod:`.kv_dtype`):
+  ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
   Kimi-K2 INT4 experts) are weight-only 4-bit experts: expert weights at 0.5 bytes; on Hopper (no 4-bit
   tensor-core math) every GEMM runs in BF16 and the other weights are BF16 as those checkpoints ship
   them, elsewhere FP8.
@@ -45,7 +46,7 @@ The mapping, column by column:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
@@ -53,6 +54,7 @@ from simcore.models import ModelConfigError, get_model, preset_for
 from simcore.serving import Pool, ServingPlan, runtime_strategy
 from simcore.workload import Workload
 
+from .kv_dtype import kv_cache_precision
 from .launch import launch_flags
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
@@ -223,6 +225,9 @@ def _map_row(row: dict) -> RowCase:
     if isinstance(workload, str):
         case.skip = workload
         return case
+    workload = replace(workload, kv_precision=kv_cache_precision(
+        backend, row.get("backend_version") or "", row.get("model_path") or "", preset, workload.precision,
+        case.isl, case.osl))
     if mode == "disagg" and not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
         case.skip = "layout: a disaggregated row without worker counts (the pools' sizes are unknown)"
         return case
