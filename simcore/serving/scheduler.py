@@ -9,8 +9,10 @@ Three policies, after the runtimes' own schedulers (each a method of :class:`Gro
   recently admitted request is preempted and recomputed later.
 - ``sglang`` (SGLang ``Scheduler.get_next_batch_to_run``): prefill and decode run in separate steps;
   a prefill step is formed whenever requests wait (the chunked request in progress first, then FCFS
-  up to ``chunked_prefill_size`` tokens, admitting only prompts whose KV fits), else every running
-  request decodes; on KV exhaustion during decode the newest requests are retracted (recomputed).
+  up to ``chunked_prefill_size`` tokens, admitting only prompts whose KV fits and, in an aggregated
+  worker, only while the KV left covers an estimate of what the running requests will still generate:
+  :mod:`.headroom`), else every running request decodes; on KV exhaustion during decode the newest
+  requests are retracted (recomputed).
 - ``trtllm`` (TensorRT-LLM in-flight batching, ``GUARANTEED_NO_EVICT`` capacity scheduler): decodes
   and context chunks share a step under ``max_num_tokens``; a request is admitted only when the KV of
   its whole prompt and output is free, so nothing is ever evicted. With batch waiting configured
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from .headroom import NewTokenRatio
 from .kvcache import KvCache
 from .requests import Request
 from .runtime import SCHEDULERS
@@ -39,7 +42,7 @@ class GroupScheduler:
     """Waiting and running requests of one attention group, its KV cache and its policy."""
 
     def __init__(self, policy: str, kv: KvCache, max_num_seqs: int, max_tokens: int,
-                 batch_wait: tuple[int, float] = (0, 0.0)):
+                 batch_wait: tuple[int, float] = (0, 0.0), reserve_output: bool = False):
         if policy not in SCHEDULERS:
             raise ValueError(f"serving.scheduler: {policy!r} is not one of {', '.join(SCHEDULERS)}")
         self.policy, self.kv = policy, kv
@@ -49,6 +52,8 @@ class GroupScheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.preemptions = 0
+        #: SGLang's admission headroom (:mod:`.headroom`), where the requests decode here (``reserve_output``)
+        self.headroom = NewTokenRatio() if policy == "sglang" and reserve_output else None
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -64,6 +69,15 @@ class GroupScheduler:
     def schedule(self, busy: set[int]) -> list[tuple[Request, int]]:
         """The next step's work; requests whose ids are in ``busy`` (in flight in a pipeline) wait."""
         return getattr(self, f"_{self.policy}")(busy)
+
+    def decode_steps(self, n: int) -> None:
+        """``n`` further pure-decode steps taken at once (a folded decode run, no retraction): what
+        ``n`` calls of :meth:`schedule` would have done to the scheduler's own state."""
+        if self.headroom is not None and n > 0:
+            if self.running:
+                self.headroom.decode_steps(n)
+            else:
+                self.headroom.reset()  # idle beside the groups that decode
 
     # ------------------------------------------------------------------ helpers
     def _preempt_newest(self, busy: set[int], keep: Request) -> Request | None:
@@ -89,6 +103,7 @@ class GroupScheduler:
 
     def _admit(self, budget: int, chosen: list, whole_request: bool, chunk: bool) -> int:
         """FCFS admission from the waiting queue into ``chosen``; returns the budget left."""
+        held_back = self.headroom.reserved_tokens(self.running) if self.headroom else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             n = req.remaining_prefill if req.in_prefill else 1  # a decode arriving with its KV (disaggregated)
@@ -99,6 +114,12 @@ class GroupScheduler:
             reserve = req.prefill_target + (req.output_len - req.generated) if whole_request else req.kv_tokens + n
             if self.kv.need(req, reserve) > self.kv.free_blocks:
                 break
+            if self.headroom is not None:  # its whole prompt and clipped output must fit the headroom
+                out = self.headroom.output_tokens(req)
+                if (self.kv.need(req, req.prefill_target) * self.kv.block_tokens + out
+                        >= self.kv.free_blocks * self.kv.block_tokens - held_back):
+                    break
+                held_back += out
             self.kv.grow(req, reserve)
             self.waiting.popleft()
             self.running.append(req)
@@ -137,6 +158,7 @@ class GroupScheduler:
             self._admit(budget, chosen, whole_request=False, chunk=True)
         if chosen:
             return chosen
+        retracted = self.preemptions
         for req in list(self.running):
             if req.rid in busy or req not in self.running or req.in_prefill:
                 continue
@@ -144,6 +166,13 @@ class GroupScheduler:
                 self._preempt_self(req)
                 continue
             chosen.append((req, 1))
+        if self.headroom is not None:
+            if self.preemptions > retracted:
+                self.headroom.after_retract(self.running)
+            elif chosen:
+                self.headroom.decode_steps(1)
+            elif not self.running:
+                self.headroom.reset()  # idle
         return chosen
 
     def _trtllm(self, busy: set[int]) -> list[tuple[Request, int]]:

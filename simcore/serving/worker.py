@@ -7,7 +7,8 @@ up to ``pp`` steps are in flight, as vLLM's virtual engines and SGLang's PP micr
 tokens are emitted when it leaves the last stage.
 
 Host time per step (:meth:`RuntimeProfile.host_s`: a fixed part plus a part per sequence in the step)
-either runs before the step it prepares (synchronous runtimes) or overlaps the previous step's GPU work
+is spent by each attention group's own scheduler process, in parallel (:func:`step_host_s`), and either
+runs before the step it prepares (synchronous runtimes) or overlaps the previous step's GPU work
 (SGLang and TensorRT-LLM's overlap schedulers): consecutive steps then start at least that far apart. The GPU time of a step,
 CUDA graph or eager, is :meth:`StepCost.gpu_times`.
 """
@@ -25,7 +26,16 @@ from .runtime import RuntimeProfile
 from .scheduler import AttentionDpBalance, GroupScheduler
 from .step_cost import GroupBatch, StepCost
 
-__all__ = ["Worker", "PlanInfeasible"]
+__all__ = ["Worker", "PlanInfeasible", "step_host_s"]
+
+
+def step_host_s(runtime: RuntimeProfile, picks: list[list[tuple[Request, int]]]) -> float:
+    """Host time of a step whose attention groups run ``picks``: under attention data parallelism
+    every group has its own scheduler process preparing its own sequences (TensorRT-LLM one
+    ``PyExecutor`` per rank with ``enable_attention_dp``, SGLang one ``Scheduler`` per DP rank, vLLM one
+    ``EngineCore`` per data-parallel rank), so the step waits for the busiest group's host, not for the
+    sum over groups."""
+    return runtime.host_s(max((len(p) for p in picks), default=0))
 
 
 class PlanInfeasible(ValueError):
@@ -48,7 +58,8 @@ class Worker:
         # TensorRT-LLM waits for context batches only without attention DP (``not enable_attention_dp``)
         wait = (runtime.batch_wait_timeout_iters, runtime.batch_wait_max_tokens_ratio) if groups == 1 else (0, 0.0)
         self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens, state), seqs,
-                                      runtime.max_num_batched_tokens, wait) for _ in range(groups)]
+                                      runtime.max_num_batched_tokens, wait, reserve_output=role == "both")
+                       for _ in range(groups)]
         self.balance = AttentionDpBalance(runtime.attention_dp_timeout_iters, runtime.attention_dp_batching_wait_iters) \
             if runtime.attention_dp_balance and groups > 1 else None
         self.stages = [simpy.Resource(env, capacity=1) for _ in range(cost.strategy.pp)]
@@ -106,7 +117,7 @@ class Worker:
 
     def _host_start(self, picks):
         """Wait out the host time of the step about to start (see the module docstring)."""
-        host = self.runtime.host_s(sum(len(p) for p in picks))
+        host = step_host_s(self.runtime, picks)
         if self.runtime.overlap_host:  # prepared while the previous step ran
             start = max(self.env.now, self._host_free)
             self._host_free = start + host
@@ -171,7 +182,7 @@ class Worker:
     def _decode_steps(self, picks, run: int):
         sums = [float(sum(r.kv_tokens + 1 for r, _ in pick)) for pick in picks]
         sizes = [len(pick) for pick in picks]
-        host, overlap = self.runtime.host_s(sum(len(p) for p in picks)), self.runtime.overlap_host
+        host, overlap = step_host_s(self.runtime, picks), self.runtime.overlap_host
         start = max(self.env.now, self._host_free) if overlap else self.env.now + host
         starts, ends = [], []
         for j in range(run):
@@ -191,6 +202,8 @@ class Worker:
         self.steps += done
         if self.balance:  # each further folded step ticks the balancing count
             self.balance.decode_steps(done - 1, all(sizes))  # the first was ticked when it was scheduled
+        for group in self.groups:  # and each group's own per-step state
+            group.decode_steps(done - 1)
         self.gpu_busy_s += sum(e - s for s, e in zip(starts[:done], ends[:done], strict=True))
         times = ends[:done]
         for group, pick in zip(self.groups, picks, strict=True):
