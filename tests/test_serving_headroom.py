@@ -122,3 +122,41 @@ def test_fast_path_equals_reference_when_the_headroom_binds(tp_ep):
     key = [(r.steps, r.metrics.requests, r.metrics.preemptions, r.metrics.ttft_s["mean"], r.metrics.tpot_s["mean"])
            for r in (fast, slow)]
     assert key[0] == pytest.approx(key[1], rel=1e-9)
+
+
+def test_sglangs_default_static_fraction_is_its_own_heuristic():
+    """ServerArgs._handle_gpu_memory_settings by hand: H100 (81,559 MiB), TP 1: 512 + 1.5 x 8192 + 2 x 256
+    + 1024 / 8 = 13,440 MiB reserved; H200 (143,771 MiB), TP 8: 512 + 12,288 + 1,024 + 1,024 = 14,848."""
+    from simcore.hardware import get_gpu
+    from simcore.serving.kvcache import sglang_mem_fraction
+
+    rt = get_runtime("sglang")
+    assert rt.mem_fraction is None and rt.mem_fraction_static
+    assert sglang_mem_fraction(get_gpu("h100-sxm"), runtime_strategy(tp=1), rt) == round(1 - 13440 / 81559, 3)
+    assert sglang_mem_fraction(get_gpu("h200"), runtime_strategy(tp=8), rt) == round(1 - 14848 / 143771, 3)
+    # DP attention reserves 4.5 x the graph limit per rank more (512 graph batch at width 8)
+    dp = sglang_mem_fraction(get_gpu("h200"), runtime_strategy(tp=1, ep=8), rt)
+    assert dp == round(1 - (14848 + 512 * 8 * 4.5) / 143771, 3)
+
+
+def test_sglangs_static_pool_holds_weights_and_kv_only():
+    """Weights plus KV fill the static fraction exactly; activations live outside it. A vLLM-style fraction
+    (activations inside) leaves less KV at the same number."""
+    from simcore.serving.kvcache import kv_bytes_per_token, kv_capacity_tokens
+
+    ctx = CostContext(get_model("llama-3.1-70b"), Workload(precision="fp8"), Cluster.simple("h100-sxm", 8))
+    strategy = runtime_strategy(tp=4)
+    static = get_runtime("sglang").with_overrides(mem_fraction=0.85)
+    inside = static.with_overrides(mem_fraction_static=False)
+    per_token = kv_bytes_per_token(ctx, strategy)
+    weights = 70.6e9 / 4  # FP8, TP 4 (embeddings and head split too)
+    kv = kv_capacity_tokens(ctx, strategy, static) * per_token
+    assert kv + weights == pytest.approx(0.85 * ctx.cluster.gpu.hbm_bytes, rel=0.01)
+    assert kv_capacity_tokens(ctx, strategy, inside) < kv_capacity_tokens(ctx, strategy, static)
+
+
+def test_a_runtime_without_a_memory_fraction_is_refused():
+    from simcore.serving.runtime import ServingInputError
+
+    with pytest.raises(ServingInputError, match="mem_fraction must be given"):
+        get_runtime("vllm").with_overrides(mem_fraction=None)

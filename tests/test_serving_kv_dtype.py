@@ -77,3 +77,24 @@ def test_bf16_weights_keep_a_bf16_kv_cache_and_rows_carry_the_type():
     trt = map_row(dict(row, backend="trtllm", backend_version="1.1.0"))
     assert not trt.skip and trt.ctx.workload.kv_precision == "fp8"
     assert dataclasses.replace(case.ctx.workload, kv_precision=None).kv_bytes == 1.0
+
+
+def test_launch_configurations_ask_for_the_kv_cache_type_the_plan_was_priced_with():
+    import yaml
+
+    from simcore.export.serving import serving_launch
+    from simcore.serving import ServingPlan
+
+    model = get_model("llama-3.1-70b")
+    plan = ServingPlan.aggregated(runtime_strategy(tp=4), workers=1, max_num_seqs=64)
+    for kv, vllm_flag, sglang_flag, trt_dtype in (("fp8", "--kv-cache-dtype fp8", "--kv-cache-dtype fp8_e4m3", "fp8"),
+                                                  ("bf16", "--kv-cache-dtype auto", "--kv-cache-dtype auto", None)):
+        vllm = serving_launch(plan, model, "vllm", precision="fp8", kv_precision=kv).to_text()
+        sglang = serving_launch(plan, model, "sglang", precision="fp8", kv_precision=kv).to_text()
+        trt = serving_launch(plan, model, "trtllm", precision="fp8", kv_precision=kv)
+        assert vllm_flag in vllm and "--quantization fp8" in vllm
+        assert sglang_flag in sglang
+        options = yaml.safe_load(next(iter(v for k, v in trt.files.items() if k.startswith("trtllm_both"))))
+        assert options["kv_cache_config"].get("dtype") == trt_dtype
+    # no KV type given: as the weights, as before
+    assert "--kv-cache-dtype fp8" in serving_launch(plan, model, "vllm", precision="fp8").to_text()

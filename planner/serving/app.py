@@ -206,7 +206,8 @@ def _write(out: Path, cfg, ctx, ev, answer, rows, per_slo, summary, info, scfg) 
     for target in SERVING_TARGETS:
         searched = get_runtime(cfg.serving.runtime)  # the target the search ran keeps its profile's launch flags
         launch = serving_launch(answer.plan, ctx.model, target, gpus_per_node=gpn or None,
-                                precision=ctx.workload.precision, isl=int(cfg.serving.isl),
+                                precision=ctx.workload.precision, kv_precision=ctx.workload.kv_precision,
+                                isl=int(cfg.serving.isl),
                                 runtime=searched if searched.scheduler == target else None)
         atomic_write_text(out / f"launch_{target}.sh", launch.to_text())
         for name, text in launch.files.items():

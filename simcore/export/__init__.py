@@ -104,10 +104,12 @@ def export_plan(strategy: Strategy, model: ModelSpec | str, target: str, *, ctx=
     model = get_model(model) if isinstance(model, str) else model
     if gpus_per_node is None and graph is not None:
         gpus_per_node = int(graph.graph.get("gpus_per_node", 0)) or None
-    if precision is None and ctx is not None:
-        precision = ctx.workload.precision
+    kv_precision = None
+    if ctx is not None:
+        precision = precision or ctx.workload.precision
+        kv_precision = ctx.workload.kv_precision
     source = model_path or model_source(model)
-    deployment = Deployment(strategy, model, source or model.name, gpus_per_node, precision)
+    deployment = Deployment(strategy, model, source or model.name, gpus_per_node, precision, kv_precision)
     mapping = MAPPERS[target](deployment)
     notes = list(mapping.notes)
     if source is None:

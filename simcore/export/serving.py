@@ -71,9 +71,10 @@ def _label(role: str) -> str:
     return "worker" if role == "both" else f"{role} worker"
 
 
-def _mapping(target: str, pool: Pool, model: ModelSpec, model_path: str, gpn, precision):
+def _mapping(target: str, pool: Pool, model: ModelSpec, model_path: str, gpn, dtypes: tuple):
+    """The static mapper's flags for one pool; ``dtypes``: the weights' and the KV cache's precision."""
     s = pool.strategy.replace(dp=1, batch=pool.max_num_seqs)
-    return MAPPERS[target](Deployment(s, model, model_path, gpn, precision))
+    return MAPPERS[target](Deployment(s, model, model_path, gpn, *dtypes))
 
 
 def _cuda_env(where: str) -> str:
@@ -83,12 +84,12 @@ def _cuda_env(where: str) -> str:
     return ""
 
 
-def _vllm(plan, model, path, gpn, precision, runtime: RuntimeProfile, out: LaunchConfig) -> None:
+def _vllm(plan, model, path, gpn, dtypes, runtime: RuntimeProfile, out: LaunchConfig) -> None:
     disagg = plan.mode == "disagg"
     if disagg:
         out.script.append("python -m dynamo.frontend --http-port 8000 &   # Dynamo: OpenAI endpoint, prefill router")
     for role, pool, w, where, k in _workers(plan, gpn):
-        m = _mapping("vllm", pool, model, path, gpn, precision)
+        m = _mapping("vllm", pool, model, path, gpn, dtypes)
         flags = m.flags + ["--max-num-batched-tokens", str(runtime.max_num_batched_tokens)]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)
         out.script.append(f"# {_label(role)} {w}: {where}")
@@ -106,11 +107,11 @@ def _vllm(plan, model, path, gpn, precision, runtime: RuntimeProfile, out: Launc
                          "\"kv_role\":\"kv_both\"}' on both pools plus a prefill-then-decode proxy")
 
 
-def _sglang(plan, model, path, gpn, precision, runtime, out: LaunchConfig) -> None:
+def _sglang(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig) -> None:
     disagg = plan.mode == "disagg"
     urls: dict[str, list[str]] = {"prefill": [], "decode": [], "both": []}
     for role, pool, w, where, k in _workers(plan, gpn):
-        m = _mapping("sglang", pool, model, path, gpn, precision)
+        m = _mapping("sglang", pool, model, path, gpn, dtypes)
         port = _BASE_PORT["sglang"] + k
         flags = m.flags + ["--chunked-prefill-size", str(runtime.max_num_batched_tokens), "--port", str(port)]
         if runtime.moe_a2a_backend == "deepep" and model.is_moe:  # DeepEP all-to-alls, DeepGEMM grouped GEMMs
@@ -131,7 +132,7 @@ def _sglang(plan, model, path, gpn, precision, runtime, out: LaunchConfig) -> No
                           + " --host 0.0.0.0 --port 8000")
 
 
-def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, precision, role: str, isl: int) -> dict:
+def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, dtypes, role: str, isl: int) -> dict:
     s = pool.strategy
     width = s.tp * s.ep
     attn_dp = s.ep > 1
@@ -141,7 +142,7 @@ def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, preci
             "kv_cache_config": {"free_gpu_memory_fraction": runtime.mem_fraction}}
     if model.is_moe:
         opts |= {"moe_expert_parallel_size": s.ep, "moe_tensor_parallel_size": s.tp}
-    if precision == "fp8":
+    if Deployment(s, model, "", None, *dtypes).kv_fp8:
         opts["kv_cache_config"]["dtype"] = "fp8"
     if role != "prefill":
         opts["cuda_graph_config"] = {"enable_padding": True, "max_batch_size": per_rank}
@@ -152,10 +153,10 @@ def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, preci
     return opts
 
 
-def _trtllm(plan, model, path, gpn, precision, runtime, out: LaunchConfig, isl: int) -> None:
+def _trtllm(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig, isl: int) -> None:
     urls: dict[str, list[str]] = {"prefill": [], "decode": [], "both": []}
     for role, pool in plan.pools:
-        out.files[f"trtllm_{role}.yaml"] = yaml.safe_dump(_trtllm_options(pool, model, runtime, precision, role, isl),
+        out.files[f"trtllm_{role}.yaml"] = yaml.safe_dump(_trtllm_options(pool, model, runtime, dtypes, role, isl),
                                                           sort_keys=False)
         s = pool.strategy
         if s.tp > 1 and s.ep > 1:
@@ -170,7 +171,7 @@ def _trtllm(plan, model, path, gpn, precision, runtime, out: LaunchConfig, isl: 
         out.script.append(f"# {_label(role)} {w}: {where}")
         out.script.append(f"{launch}trtllm-serve {path} --host 0.0.0.0 --port {port} --backend pytorch "
                           f"--tp_size {s.tp * s.ep} --pp_size {s.pp} --ep_size {s.ep} "
-                          f"--max_batch_size {_trtllm_options(pool, model, runtime, precision, role, isl)['max_batch_size']} "
+                          f"--max_batch_size {_trtllm_options(pool, model, runtime, dtypes, role, isl)['max_batch_size']} "
                           f"--max_num_tokens {runtime.max_num_batched_tokens} "
                           f"--extra_llm_api_options trtllm_{role}.yaml &")
         urls[role].append(f"${{HOST_{role.upper()}_{w}}}:{port}")
@@ -184,9 +185,11 @@ def _trtllm(plan, model, path, gpn, precision, runtime, out: LaunchConfig, isl: 
 
 def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_path: str | None = None,
                    gpus_per_node: int | None = None, precision: str | None = None,
-                   runtime: RuntimeProfile | str | None = None, isl: int = 4096) -> LaunchConfig:
+                   runtime: RuntimeProfile | str | None = None, isl: int = 4096,
+                   kv_precision: str | None = None) -> LaunchConfig:
     """The launch of ``plan`` on ``target`` (one of :data:`SERVING_TARGETS`); token budgets and the
-    memory fraction come from ``runtime`` (default: the target's own profile)."""
+    memory fraction come from ``runtime`` (default: the target's own profile); the KV cache's type is
+    ``kv_precision`` (``None``: as ``precision``, as ``Workload.kv_precision``)."""
     from . import model_source
 
     if target not in SERVING_TARGETS:
@@ -197,11 +200,12 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
     runtime = get_runtime(runtime or target) if not isinstance(runtime, RuntimeProfile) else runtime
     path = model_path or model_source(model) or model.name
     out = LaunchConfig(target)
+    dtypes = (precision, kv_precision)
     if target == "vllm":
-        _vllm(plan, model, path, gpus_per_node, precision, runtime, out)
+        _vllm(plan, model, path, gpus_per_node, dtypes, runtime, out)
     elif target == "sglang":
-        _sglang(plan, model, path, gpus_per_node, precision, runtime, out)
+        _sglang(plan, model, path, gpus_per_node, dtypes, runtime, out)
     else:
-        _trtllm(plan, model, path, gpus_per_node, precision, runtime, out, isl)
+        _trtllm(plan, model, path, gpus_per_node, dtypes, runtime, out, isl)
     out.script.append("wait")
     return out

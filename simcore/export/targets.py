@@ -37,13 +37,21 @@ _REPLICATED_EXPERTS = {"expert_ffn1": "replicated", "expert_ffn2": "replicated"}
 
 @dataclass(frozen=True)
 class Deployment:
-    """What a mapper reads: the plan, the model, where its weights are, the machine, the precision."""
+    """What a mapper reads: the plan, the model, where its weights are, the machine, the precision of the
+    weights and of the KV cache (``kv_precision``; ``None``: as ``precision``, ``Workload.kv_precision``)."""
 
     strategy: Strategy
     model: ModelSpec
     model_path: str
     gpus_per_node: int | None = None
     precision: str | None = None
+    kv_precision: str | None = None
+
+    @property
+    def kv_fp8(self) -> bool:
+        """Whether the KV cache the plan was priced with is FP8 (a flag must ask for it: the runtimes'
+        ``auto`` keeps a block-FP8 checkpoint's KV in BF16)."""
+        return (self.kv_precision or self.precision) == "fp8"
 
 
 @dataclass
@@ -119,9 +127,13 @@ def vllm(d: Deployment) -> Mapping:
     out.add("--max-num-seqs", seqs)
     _pipelined(out, d, "VLLM_PP_LAYER_PARTITION")
     if d.precision == "fp8":
-        out.add("--quantization", "fp8", "--kv-cache-dtype", "fp8")
+        out.add("--quantization", "fp8")
     elif d.precision == "bf16":
         out.add("--dtype", "bfloat16")
+    if d.kv_fp8:
+        out.add("--kv-cache-dtype", "fp8")
+    elif d.precision == "fp8":
+        out.add("--kv-cache-dtype", "auto")  # the model's activation dtype, BF16
     gpus = s.tp * s.pp * (s.ep if m.is_moe else s.dp)
     _multinode(out, d, gpus, "start a Ray cluster first (vLLM's multi-node executor), or for data "
                "parallelism launch per node with --data-parallel-size-local and --data-parallel-address")
@@ -157,9 +169,13 @@ def sglang(d: Deployment) -> Mapping:
     if s.pp > 1:  # per scheduler: one per DP-attention group
         out.add("--pp-max-micro-batch-size", math.ceil(s.batch / (attn_dp * s.pp)))
     if d.precision == "fp8":
-        out.add("--quantization", "fp8", "--kv-cache-dtype", "fp8_e4m3")
+        out.add("--quantization", "fp8")
     elif d.precision == "bf16":
         out.add("--dtype", "bfloat16")
+    if d.kv_fp8:
+        out.add("--kv-cache-dtype", "fp8_e4m3")
+    elif d.precision == "fp8":
+        out.add("--kv-cache-dtype", "auto")  # the model's activation dtype, BF16
     gpus = width * s.pp * (1 if attn_dp > 1 else s.dp)
     if _multinode(out, d, gpus, "run the command on each node with its --node-rank") > 1:
         out.add("--nnodes", math.ceil(gpus / d.gpus_per_node), "--node-rank", "${NODE_RANK}",

@@ -6,6 +6,9 @@ weights and the activations of the largest step (a step of ``max_num_batched_tok
 through the same memory model), divided by the KV bytes one token costs on the fullest GPU of the group.
 A runtime whose fraction is of the memory left after weights and activations
 (``RuntimeProfile.mem_fraction_of_free``: TensorRT-LLM) gets that share of the usable HBM they leave.
+SGLang's fraction is static (``RuntimeProfile.mem_fraction_static``): weights and KV cache only, the
+activations and CUDA graphs live in the memory it leaves out; without a launch value it is SGLang's
+own default for the GPU and layout (:func:`sglang_mem_fraction`).
 
 A hybrid model's linear-attention layers (Gated DeltaNet) keep a fixed state per sequence instead of
 KV per token (:func:`state_bytes_per_sequence`). It comes out of the same pool, as vLLM's hybrid
@@ -27,7 +30,8 @@ from ..strategy import Strategy
 from .requests import Request
 from .runtime import RuntimeProfile
 
-__all__ = ["kv_capacity_tokens", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks", "KvCache"]
+__all__ = ["kv_capacity_tokens", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks", "KvCache",
+           "sglang_mem_fraction"]
 
 
 def kv_bytes_per_token(ctx: CostContext, strategy: Strategy) -> float:
@@ -66,23 +70,43 @@ def state_blocks(ctx: CostContext, strategy: Strategy, block_tokens: int) -> int
     return math.ceil(state / (kv_bytes_per_token(ctx, strategy) * block_tokens)) if state else 0
 
 
+def sglang_mem_fraction(gpu, strategy: Strategy, runtime: RuntimeProfile) -> float:
+    """SGLang's default ``--mem-fraction-static`` (``ServerArgs._handle_gpu_memory_settings``, SGLang 0.5;
+    sgl-project/sglang#10975): of the GPU's memory in MiB it reserves, for the memory outside the static
+    pool, 512 + 1.5 x the chunked-prefill size + 2 x the CUDA-graph batch limit + 1024 x tp x pp / 8,
+    with DP attention 3 x (and above 300, 4.5 x) the graph limit per DP rank more, at least 10 GiB on a GPU
+    over 60 GiB; the fraction is the rest, to three places. The graph limit is SGLang's default for the
+    GPU (256 below TP 4 on an 80-160 GiB GPU, else 512); ``--tp`` is the worker's whole width (tp x attention
+    DP), the chunk the runtime's token budget."""
+    mib = gpu.hbm_bytes / 2**20
+    width = strategy.tp * strategy.ep
+    graph_bs = 256 if width < 4 and mib < 160 * 1024 else 512
+    reserved = 512 + max(runtime.max_num_batched_tokens, 2048) * 1.5 + graph_bs * 2 + width * strategy.pp / 8 * 1024
+    if strategy.ep > 1:  # DP attention
+        reserved += graph_bs * strategy.ep * (4.5 if graph_bs > 300 else 3.0)
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
 def kv_capacity_tokens(ctx: CostContext, strategy: Strategy, runtime: RuntimeProfile) -> int:
     """Tokens of KV cache one attention group holds (0 when the weights alone do not fit)."""
     gpu = ctx.cluster.gpu
-    budget = min(gpu.hbm_bytes * runtime.mem_fraction, gpu.usable_hbm_bytes)
-    probe = replace(ctx, workload=replace(ctx.workload, phase="prefill", input_len=runtime.max_num_batched_tokens,
-                                          output_len=1))
+    fraction = runtime.mem_fraction if runtime.mem_fraction is not None else sglang_mem_fraction(gpu, strategy,
+                                                                                                   runtime)
+    budget = min(gpu.hbm_bytes * fraction, gpu.usable_hbm_bytes)
+    # the probe's step: the largest one, whose activations count against the fraction, except in a static
+    # pool (SGLang), which holds weights and KV only: then one token, activations ~ 0
+    step = 1 if runtime.mem_fraction_static else runtime.max_num_batched_tokens
+    probe = replace(ctx, workload=replace(ctx.workload, phase="prefill", input_len=step, output_len=1))
     one = strategy.replace(dp=1, batch=strategy.ep, microbatches=1)
     used = float(memory_per_gpu_bytes(probe, StrategyArrays.from_strategies([one]))[0])
     # the probe holds the KV of one step's tokens, and one sequence's state, too: give them back
     state = state_bytes_per_sequence(ctx, strategy)
     if strategy.choice("attention") == DIM0:
         state *= strategy.tp  # the probe's one sequence sits whole on one GPU
-    used -= runtime.max_num_batched_tokens * kv_bytes_per_token(ctx, strategy) + state
-    if runtime.mem_fraction_of_free:
-        free = runtime.mem_fraction * (gpu.usable_hbm_bytes - used)
-    else:
-        free = budget - used
+    used -= step * kv_bytes_per_token(ctx, strategy) + state
+    free = fraction * (gpu.usable_hbm_bytes - used) if runtime.mem_fraction_of_free else budget - used
     return max(int(free // kv_bytes_per_token(ctx, strategy)), 0)
 
 

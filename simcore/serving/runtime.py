@@ -45,10 +45,13 @@ A profile holds few physical numbers, each with its source:
   ``python -m validation.fit_serving`` on the fit set's TTFT (0 before that fit).
 - ``kv_block_tokens``: KV-cache page size (vLLM 16, SGLang 1 (token-granular radix cache), TensorRT-LLM
   32 (``tokens_per_block``)); ``mem_fraction``: share of HBM the runtime may fill with weights,
-  activations and KV cache (vLLM ``gpu_memory_utilization`` 0.9, SGLang ``mem_fraction_static``
-  ~0.88 on 141 GB GPUs), or, where ``mem_fraction_of_free``, the share of the memory left after the
-  weights and activations that goes to KV cache (TensorRT-LLM's ``KvCacheConfig.free_gpu_memory_fraction``,
-  0.9 by default: "the fraction of free GPU memory ... after the model is loaded").
+  activations and KV cache (vLLM ``gpu_memory_utilization`` 0.9), or, where ``mem_fraction_static``,
+  with weights and KV cache only, activations and CUDA graphs living in the rest (SGLang's
+  ``--mem-fraction-static``; ``None``: SGLang's own default for the GPU and layout,
+  :func:`simcore.serving.kvcache.sglang_mem_fraction`), or, where ``mem_fraction_of_free``, the share of
+  the memory left after the weights and activations that goes to KV cache (TensorRT-LLM's
+  ``KvCacheConfig.free_gpu_memory_fraction``, 0.9 by default: "the fraction of free GPU memory ... after
+  the model is loaded").
 - ``batch_wait_timeout_iters``, ``batch_wait_max_tokens_ratio``: TensorRT-LLM's batch waiting
   (``LlmArgs``; both 0, off, by default): without attention DP, a step that has both context and
   generation requests holds its context requests back (generation only) until their prompt tokens plus
@@ -144,7 +147,7 @@ class RuntimeProfile:
     mixed_batches: bool
     max_num_batched_tokens: int
     kv_block_tokens: int
-    mem_fraction: float
+    mem_fraction: float | None
     launch_s: float = EAGER_LAUNCH_S
     graph_kernel_s: float = 2.0e-6
     step_host_per_seq_s: float = 0.0
@@ -152,6 +155,7 @@ class RuntimeProfile:
     custom_ar_max_bytes: float = 8 * 2**20
     request_s: float = 0.0
     mem_fraction_of_free: bool = False
+    mem_fraction_static: bool = False
     batch_wait_timeout_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
     attention_dp_balance: bool = False
@@ -182,8 +186,14 @@ class RuntimeProfile:
         for f in ("moe_gemm_efficiency", "moe_memory_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 raise ServingInputError(f"runtime {self.name}: {f} must be in (0, 1], got {getattr(self, f)}")
-        if not 0 < self.mem_fraction <= 1:
+        if self.mem_fraction is None and not self.mem_fraction_static:
+            raise ServingInputError(f"runtime {self.name}: mem_fraction must be given (only SGLang's static "
+                                    f"fraction has a default of its own)")
+        if self.mem_fraction is not None and not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"runtime {self.name}: mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        if self.mem_fraction_static and self.mem_fraction_of_free:
+            raise ServingInputError(f"runtime {self.name}: mem_fraction_static and mem_fraction_of_free exclude "
+                                    f"each other")
         if self.batch_wait_timeout_iters < 0 or not 0 <= self.batch_wait_max_tokens_ratio <= 1:
             raise ServingInputError(f"runtime {self.name}: batch_wait_timeout_iters must be >= 0 and "
                                     f"batch_wait_max_tokens_ratio in [0, 1]")
@@ -273,7 +283,8 @@ _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_hos
 
 _SGLANG = RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                          graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,
-                         kv_block_tokens=1, mem_fraction=0.88, step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
+                         kv_block_tokens=1, mem_fraction=None, mem_fraction_static=True,
+                         step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
                          request_s=130e-3, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
                          moe_layer_s=75e-6)
 
