@@ -321,6 +321,9 @@ def test_a_deepep_runtime_prices_its_all_to_alls_with_deepep_and_launches_with_i
     plan = ServingPlan.aggregated(s, 1, 64)
     assert "--moe-a2a-backend deepep" in serving_launch(plan, base.model, "sglang", runtime=deepep).to_text()
     assert "--moe-a2a-backend" not in serving_launch(plan, base.model, "sglang").to_text()
+    # its static memory fraction is the launch's 0.8, and the launch says so; plain SGLang keeps its default
+    assert "--mem-fraction-static 0.8 " in serving_launch(plan, base.model, "sglang", runtime=deepep).to_text()
+    assert "--mem-fraction-static" not in serving_launch(plan, base.model, "sglang").to_text()
     with pytest.raises(ServingInputError, match="moe_a2a_backend"):
         deepep.with_overrides(moe_a2a_backend="mooncake")
 

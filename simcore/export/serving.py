@@ -116,6 +116,8 @@ def _sglang(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig) -> None:
         flags = m.flags + ["--chunked-prefill-size", str(runtime.max_num_batched_tokens), "--port", str(port)]
         if runtime.moe_a2a_backend == "deepep" and model.is_moe:  # DeepEP all-to-alls, DeepGEMM grouped GEMMs
             flags += ["--moe-a2a-backend", "deepep"]
+        if runtime.mem_fraction is not None:  # the fraction the plan's KV cache was sized with
+            flags += ["--mem-fraction-static", f"{runtime.mem_fraction:g}"]
         if disagg:
             flags += ["--disaggregation-mode", role, "--disaggregation-ib-device", "${IB_DEVICE}"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)

@@ -93,7 +93,10 @@ A profile holds few physical numbers, each with its source:
   ``n x k`` (median 1.03 over the README's four rows, ``validation/data/kernels_deepgemm_published.csv``):
   ``moe_gemm_efficiency`` 1.0. ``moe_a2a_backend`` ``deepep``: its steps price dispatch and combine with
   DeepEP's kernels (:mod:`simcore.moe.deepep`) whatever the context's routing says about the all-to-all,
-  and its exported SGLang launch carries ``--moe-a2a-backend deepep``.
+  and its exported SGLang launch carries ``--moe-a2a-backend deepep``. Its static memory fraction is the
+  0.8 such launches pass (SGLang's PD-disaggregation docs, DeepSeek multi-node: ``--tp-size 16 --dp-size 8
+  --enable-dp-attention --moe-a2a-backend deepep --mem-fraction-static 0.8``): SGLang's own default
+  reserves 4.5 x the CUDA-graph batch per DP rank and would leave DeepSeek's experts no room at DP 16.
 - ``moe_memory_efficiency``, ``moe_layer_s``: the runtime's MoE block at decode sizes, where the
   expert GEMMs read weights rather than compute. ``moe_memory_efficiency``: its grouped kernels' HBM
   bandwidth on the active experts' weights as a share of a dense GEMM's (``GpuSpec.hbm_efficiency``): a
@@ -292,7 +295,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
     "vllm-sync": _VLLM_SYNC,
     "sglang": _SGLANG,
-    "sglang-deepep": dataclasses.replace(_SGLANG, name="sglang-deepep", moe_gemm_efficiency=1.0,
+    "sglang-deepep": dataclasses.replace(_SGLANG, name="sglang-deepep", mem_fraction=0.8, moe_gemm_efficiency=1.0,
                                          moe_fp8_at_bf16_rate=False, moe_a2a_backend="deepep"),  # module doc
     "trtllm": RuntimeProfile("trtllm", "trtllm", step_host_s=6.0e-3, overlap_host=True, graph_max_tokens=512,
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
