@@ -160,3 +160,24 @@ def test_a_runtime_without_a_memory_fraction_is_refused():
 
     with pytest.raises(ServingInputError, match="mem_fraction must be given"):
         get_runtime("vllm").with_overrides(mem_fraction=None)
+
+
+def test_a_runs_memory_fraction_replaces_the_profiles_and_reaches_the_launch():
+    """``serving.mem_fraction``: SGLang's own default leaves DeepSeek-V3 no room at DP-attention 16 on
+    H100s (it reserves 4.5 x the CUDA-graph batch per rank); an explicit 0.8, as DeepEP launches pass,
+    does, and the launch carries it."""
+    from simcore.export.serving import serving_launch
+    from simcore.serving.kvcache import kv_capacity_tokens
+    from simcore.serving.runtime import ServingInputError
+
+    ctx = CostContext(get_model("deepseek-v3"), Workload(precision="fp8"), Cluster.simple("h100-sxm", 16))
+    strategy = runtime_strategy(tp=1, ep=16)
+    default = ServingConfig(runtime="sglang")
+    explicit = ServingConfig(runtime="sglang", mem_fraction=0.8)
+    assert kv_capacity_tokens(ctx, strategy, default.runtime_profile()) == 0
+    assert kv_capacity_tokens(ctx, strategy, explicit.runtime_profile()) > 100_000
+    plan = ServingPlan.aggregated(strategy, 1, 256)
+    assert "--mem-fraction-static 0.8 " in serving_launch(plan, ctx.model, "sglang",
+                                                          runtime=explicit.runtime_profile()).to_text()
+    with pytest.raises(ServingInputError, match="serving.mem_fraction"):
+        ServingConfig(runtime="sglang", mem_fraction=1.5)

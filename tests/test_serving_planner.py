@@ -179,6 +179,7 @@ def _app(name, *args, cwd):
 @pytest.mark.parametrize(("app", "args", "field"), [
     ("sim", ["serving.concurrency=0"], "serving.concurrency"),
     ("sim", ["serving.runtime=tgi"], "serving.runtime"),
+    ("sim", ["serving.mem_fraction=1.5"], "serving.mem_fraction"),
     ("sim", ["serving.trace=TRACE_MISSING"], "output_len"),
     ("search", ["serving.trace=TRACE_NEGATIVE"], "input_len"),
 ])

@@ -30,7 +30,6 @@ from simcore.apps.common import UserError, atomic_write_json, atomic_write_text,
 from simcore.apps.serving import build_serving_config, build_serving_context
 from simcore.config import build_graph
 from simcore.export.serving import SERVING_TARGETS, serving_launch
-from simcore.serving import get_runtime
 
 from ..apps.outputs import write_metrics
 from ..checkpoint import StopRequest
@@ -62,7 +61,7 @@ def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=Non
         raise UserError(f"planner.name: {method!r} is not a serving method; choose one of {', '.join(METHODS)}")
     if int(search.budget) < 1:
         raise UserError(f"serving.search.budget must be >= 1, got {search.budget}")
-    runtime = get_runtime(scfg.runtime)
+    runtime = scfg.runtime_profile()
     longest = int(scfg.input_len.mean + scfg.output_len.mean)
     space = ServingSpace(ctx, runtime, max_len=longest, tp=search.tp, ep=search.ep, pp=tuple(search.pp),
                          max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes))
@@ -139,7 +138,7 @@ def run_serving_search(cfg) -> dict:
     sweep = [r.plan for r in _best_per_mode(ev, int(search.pareto_plans))]
     on_front = [r.plan for r, row in zip(ranked, rows, strict=True) if row["on_front"]]
     sweep += [p for p in on_front if p not in sweep][: 2 * int(search.pareto_plans)]
-    rows += sweep_loads(ctx, sweep, scfg, loads, graph=graph, runtime=get_runtime(scfg.runtime))
+    rows += sweep_loads(ctx, sweep, scfg, loads, graph=graph, runtime=scfg.runtime_profile())
     rows = mark_front(rows)
     pareto_s = time.perf_counter() - t0
     grid = sorted({float(x) for x in search.tpot_grid_ms} | ({float(s.tpot_slo_ms)} if s.tpot_slo_ms else set()))
@@ -203,8 +202,8 @@ def _write(out: Path, cfg, ctx, ev, answer, rows, per_slo, summary, info, scfg) 
             "meets_slo": bool(answer.meets), "serving_plan": answer.plan.to_dict()}
     atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
     gpn = int(ev.graph.graph.get("gpus_per_node", 0)) if ev.graph is not None else ctx.cluster.nvlink_domain_size
+    searched = scfg.runtime_profile()  # the target the search ran keeps its profile's launch flags
     for target in SERVING_TARGETS:
-        searched = get_runtime(cfg.serving.runtime)  # the target the search ran keeps its profile's launch flags
         launch = serving_launch(answer.plan, ctx.model, target, gpus_per_node=gpn or None,
                                 precision=ctx.workload.precision, kv_precision=ctx.workload.kv_precision,
                                 isl=int(cfg.serving.isl),

@@ -77,7 +77,10 @@ class ServingAppConfig:
     else a ``trace`` CSV (``arrival_s,input_len,output_len``) when set. ``isl`` / ``osl``: prompt and
     output tokens (``isl_std`` / ``osl_std`` > 0 draw them lognormally with that std); ``num_requests``
     (``null``: twice the concurrency, at least 256; 500 for Poisson; the whole trace); ``runtime``:
-    ``vllm`` | ``sglang`` | ``trtllm``; SLOs on the mean TTFT and TPOT in ms (``null``: none);
+    ``vllm`` | ``sglang`` | ``trtllm`` (and the other profiles of ``simcore.serving.RUNTIMES``);
+    ``mem_fraction``: the runtime's memory fraction (vLLM ``--gpu-memory-utilization``, SGLang
+    ``--mem-fraction-static``, TensorRT-LLM ``free_gpu_memory_fraction``; ``null``: the profile's, for
+    SGLang its own default for the GPU and layout), also written into the launch scripts; SLOs on the mean TTFT and TPOT in ms (``null``: none);
     ``network``: KV hand-offs of disaggregated plans as flows on the topology (else idle-fabric time)."""
 
     concurrency: int = 64
@@ -89,6 +92,7 @@ class ServingAppConfig:
     isl_std: float = 0.0
     osl_std: float = 0.0
     runtime: str = "vllm"
+    mem_fraction: float | None = None
     ttft_slo_ms: float | None = None
     tpot_slo_ms: float | None = None
     seed: int = 0
@@ -131,6 +135,7 @@ def build_serving_config(s, load: float = 1.0):
                              trace=None if not s.trace else str(s.trace), num_requests=n,
                              input_len=_length(s.isl, float(s.isl_std), "serving.isl"),
                              output_len=_length(s.osl, float(s.osl_std), "serving.osl"), runtime=str(s.runtime),
+                             mem_fraction=None if s.get("mem_fraction") is None else float(s.mem_fraction),
                              ttft_slo_s=ms(s.ttft_slo_ms), tpot_slo_s=ms(s.tpot_slo_ms), seed=int(s.seed))
     except ServingInputError as exc:
         raise UserError(str(exc)) from None

@@ -90,7 +90,8 @@ def _vllm(plan, model, path, gpn, dtypes, runtime: RuntimeProfile, out: LaunchCo
         out.script.append("python -m dynamo.frontend --http-port 8000 &   # Dynamo: OpenAI endpoint, prefill router")
     for role, pool, w, where, k in _workers(plan, gpn):
         m = _mapping("vllm", pool, model, path, gpn, dtypes)
-        flags = m.flags + ["--max-num-batched-tokens", str(runtime.max_num_batched_tokens)]
+        flags = m.flags + ["--max-num-batched-tokens", str(runtime.max_num_batched_tokens),
+                           "--gpu-memory-utilization", f"{runtime.mem_fraction:g}"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)
         out.script.append(f"# {_label(role)} {w}: {where}")
         if disagg:

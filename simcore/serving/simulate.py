@@ -71,6 +71,9 @@ class ServingConfig:
     input_len: LengthDist = field(default_factory=lambda: LengthDist(mean=1024, name="serving.input_len"))
     output_len: LengthDist = field(default_factory=lambda: LengthDist(mean=1024, name="serving.output_len"))
     runtime: str = "vllm"
+    #: the runtime's memory fraction for this run (vLLM ``--gpu-memory-utilization``, SGLang
+    #: ``--mem-fraction-static``, TensorRT-LLM ``free_gpu_memory_fraction``); ``None``: its profile's
+    mem_fraction: float | None = None
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     seed: int = 0
@@ -94,7 +97,14 @@ class ServingConfig:
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ServingInputError(f"serving.{name} must be positive, got {v!r}")
-        get_runtime(self.runtime) if isinstance(self.runtime, str) else None
+        if self.mem_fraction is not None and not 0 < self.mem_fraction <= 1:
+            raise ServingInputError(f"serving.mem_fraction must be in (0, 1], got {self.mem_fraction!r}")
+        self.runtime_profile()
+
+    def runtime_profile(self) -> RuntimeProfile:
+        """The profile of ``runtime`` with this run's memory fraction, if it sets one."""
+        profile = get_runtime(self.runtime)
+        return profile if self.mem_fraction is None else profile.with_overrides(mem_fraction=self.mem_fraction)
 
 
 @dataclass
@@ -235,7 +245,7 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
     import time
 
     start = time.perf_counter()
-    runtime = runtime or get_runtime(cfg.runtime)
+    runtime = runtime or cfg.runtime_profile()
     rng = np.random.default_rng(cfg.seed)
     specs = _requests(cfg, rng)
     env = simpy.Environment()
