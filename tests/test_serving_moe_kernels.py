@@ -164,7 +164,7 @@ def test_the_launch_timer_refuses_a_bad_count_before_looking_for_a_gpu(tmp_path,
 def test_sglang_deepep_prices_deepgemm_grouped_gemms_at_their_published_dense_rate():
     """Profile sglang-deepep: DeepGEMM's grouped GEMMs (contiguous layout) over its dense GEMMs of the same
     n x k, from its README (validation/data/kernels_deepgemm_published.csv), is the profile's rate; FP8 on
-    FP8 tensor cores, DeepEP all-to-alls; everything else SGLang's."""
+    FP8 tensor cores, DeepEP all-to-alls, the 0.8 static memory fraction; everything else SGLang's."""
     import dataclasses
     import statistics
     from pathlib import Path
@@ -177,5 +177,6 @@ def test_sglang_deepep_prices_deepgemm_grouped_gemms_at_their_published_dense_ra
     deepep, sglang = get_runtime("sglang-deepep"), get_runtime("sglang")
     assert deepep.moe_gemm_efficiency == pytest.approx(min(statistics.median(ratios), 1.0), abs=0.05)
     assert not deepep.moe_fp8_at_bf16_rate and sglang.moe_fp8_at_bf16_rate
+    assert deepep.mem_fraction == 0.8 and sglang.mem_fraction is None  # the DeepEP launches' static fraction
     assert dataclasses.replace(deepep, name="sglang", moe_gemm_efficiency=sglang.moe_gemm_efficiency,
-                               moe_fp8_at_bf16_rate=True, moe_a2a_backend="none") == sglang
+                               moe_fp8_at_bf16_rate=True, moe_a2a_backend="none", mem_fraction=None) == sglang
