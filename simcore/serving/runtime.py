@@ -277,6 +277,9 @@ class RuntimeProfile:
 # Then the MoE block again with these rates (`--moe --rows 12 --ttft-rows 24`, two processes, 7 min): vLLM 0.5 and
 # 25 us (0.057; 75 us scores 0.119 now: it had carried part of the slower prefill in vLLM's mixed steps), SGLang
 # 1.0 and 75 us unchanged (0.065), request_s unchanged (vLLM 45 ms, SGLang 130 ms).
+# All of these fits priced every FP8 row's KV cache in FP8; the KV type each row's launch actually used
+# (validation/studies/serving/kv_dtype.py: BF16 for most vLLM and SGLang rows), SGLang's admission headroom
+# and static memory pool came after, and the constants were not refitted with them (README, serving).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
