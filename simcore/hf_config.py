@@ -5,8 +5,9 @@ qwen2_moe / qwen3_moe, deepseek_v2 / v3 / kimi_k2, gpt_oss, llama4, minimax_m2, 
 hybrids qwen3_next / qwen3_5 / qwen3_5_moe), falcon, gptj. A multimodal config is read through its
 ``text_config`` (flat or nested). Nothing is guessed in silence:
 
-- an architecture whose cost the catalog cannot express (other linear attentions, state-space layers,
-  DeepSeek sparse attention) is refused by name (:data:`REJECTED`);
+- an architecture whose cost the catalog cannot express (other linear attentions, state-space layers)
+  is refused by name (:data:`REJECTED`); DeepSeek sparse attention (DeepSeek-V3.2, GLM-5) is read
+  (:mod:`simcore.sparse_attention`);
 - after a family has read its fields, any structural field left unread (experts, MoE layout,
   windows, linear attention...) is an error naming it, so a Qwen3-MoE config can no longer load as a
   dense model. An unknown ``model_type`` is read with llama keys under the same rule.
@@ -32,8 +33,6 @@ _MISSING = object()
 
 #: model_type -> why the catalog refuses it (its attention is not softmax attention over the KV cache).
 REJECTED = {
-    "deepseek_v32": "DeepSeek sparse attention (lightning indexer + top-k KV selection)",
-    "glm_moe_dsa": "DeepSeek sparse attention (lightning indexer + top-k KV selection)",
     "minimax": "lightning linear attention", "minimax_text_01": "lightning linear attention",
     "minimax_m1": "lightning linear attention", "kimi_linear": "Kimi delta linear attention",
     "jamba": "Mamba state-space layers", "mamba": "Mamba state-space layers", "mamba2": "Mamba state-space layers",
@@ -278,7 +277,8 @@ def _parsers() -> dict[str, Callable[[Reader], dict[str, Any]]]:
     llama = {t: _parse_llama for t in ("llama", "mistral", "mixtral", "qwen2", "qwen3")}
     return {**llama, "gptj": _parse_gptj, "falcon": _parse_falcon, "RefinedWeb": _parse_falcon,
             "RefinedWebModel": _parse_falcon, "deepseek_v3": fam.parse_deepseek, "deepseek_v2": fam.parse_deepseek,
-            "kimi_k2": fam.parse_deepseek, "qwen2_moe": fam.parse_qwen_moe, "qwen3_moe": fam.parse_qwen_moe,
+            "kimi_k2": fam.parse_deepseek, "deepseek_v32": fam.parse_deepseek, "glm_moe_dsa": fam.parse_deepseek,
+            "qwen2_moe": fam.parse_qwen_moe, "qwen3_moe": fam.parse_qwen_moe,
             "gpt_oss": fam.parse_gpt_oss, "llama4_text": fam.parse_llama4, "minimax_m2": fam.parse_minimax_m2,
             "glm4_moe": fam.parse_glm4_moe,
             **dict.fromkeys(fam.QWEN_HYBRID_TYPES, fam.parse_qwen_hybrid), SPEC_TYPE: _parse_spec}

@@ -38,10 +38,14 @@ def _shared_experts(r: Reader, key: str, expert: int) -> int:
 
 
 def parse_deepseek(r: Reader) -> dict[str, Any]:
-    """DeepSeek-V2/V3/R1 and Kimi-K2: MLA attention, shared + routed experts after dense layers."""
+    """DeepSeek-V2/V3/R1, Kimi-K2, and with DeepSeek sparse attention DeepSeek-V3.2 (``deepseek_v32``) and
+    GLM-5 (``glm_moe_dsa``): MLA attention, shared + routed experts after dense layers; the indexer's
+    ``index_topk`` / ``index_n_heads`` / ``index_head_dim`` (:mod:`simcore.sparse_attention`)."""
     heads = r.int("num_attention_heads")
     nope, rope = r.int("qk_nope_head_dim"), r.int("qk_rope_head_dim")
-    r.ignore("num_nextn_predict_layers")
+    r.ignore("num_nextn_predict_layers", "indexer_rope_interleave", "rope_interleave", "qk_head_dim")
+    if r.has("head_dim") and r.int("head_dim") not in (rope, nope + rope):  # GLM-5 writes the rope part
+        raise r.error(f"field 'head_dim'={r.int('head_dim')} is neither qk_rope_head_dim nor qk_nope + qk_rope")
     spec = {"num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"), "num_heads": heads,
             "num_kv_heads": r.int("num_key_value_heads", default=heads), "head_dim": nope + rope,
             "ffn_size": r.int("intermediate_size"), "vocab_size": r.int("vocab_size"),
@@ -57,6 +61,9 @@ def parse_deepseek(r: Reader) -> dict[str, Any]:
                     moe_layer_freq=r.int("moe_layer_freq", default=1),
                     router_bias=r.cfg.get("topk_method") == "noaux_tc")
         r.ignore("topk_method")
+    if r.has("index_topk"):
+        spec.update(index_topk=r.int("index_topk"), index_n_heads=r.int("index_n_heads"),
+                    index_head_dim=r.int("index_head_dim"))
     return spec
 
 

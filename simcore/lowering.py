@@ -31,6 +31,7 @@ import numpy as np
 
 from . import layout as L
 from . import linear_attention as gdn
+from . import sparse_attention as dsa
 from .cluster import group_ranks_per_domain
 from .collectives import collective_time_s
 from .host import kernel_fixed_s
@@ -195,7 +196,7 @@ class _Lowerer:
         kv_layer = self.m.kv_cache_elements_per_token() / self.m.num_attention_layers * self.w.kv_bytes
         kv_heads_shard = 1.0 if self.m.is_mla else self.xp.minimum(self.t, self.m.num_kv_heads)
         if self.phase == "decode":  # sliding-window layers attend to at most their window
-            span = self.m.attention_context(self.context)
+            span = self.m.attended_context(self.context)
             flops_seq = 2.0 * span * heads * (d_qk + d_v)
             # KV passes: 1 when a KV head is loaded once for its group of query heads; a per-query-head
             # kernel re-reads it for each further head of the local group (workload.decode_kv_reread).
@@ -210,9 +211,18 @@ class _Lowerer:
             bytes_seq = (prior + new) * kv_layer + new * 2.0 * heads * (d_qk + d_v) * self.act
         seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
         flops = flops_seq * seqs_local / self.xp.where(c == 1, self.t, 1.0)
+        if self.phase != "decode" and dsa.sparse_prefill(self.m, new, prior):  # FlashMLA's sparse kernel
+            heads_gpu = dsa.padded_heads(heads / self.xp.where(c == 1, self.t, 1.0), self.gpu, self.xp)
+            d_qk, d_v = attention_dims(self.m, "decode")  # absorbed MLA over the latent, as decode
+            flops = 2.0 * new * self.m.index_topk * heads_gpu * (d_qk + d_v) * seqs_local
         kv_div = self.xp.where(c == 1, kv_heads_shard, 1.0)
         nbytes = bytes_seq * seqs_local / kv_div
         time = attention_time_s(flops, nbytes, self.gpu, self.w.precision, decode=self.phase == "decode")
+        if self.m.is_sparse_attention:  # the lightning indexer, unsplit on every TP rank (simcore.sparse_attention)
+            new, prior = self.prefill_chunk or (float(self.w.input_len), 0.0)
+            index_s, index_flops = dsa.indexer_time_s(self.m, self.gpu, self.xp, self.phase, seqs_local, self.context,
+                                                      new, prior)
+            time, flops = time + index_s, flops + index_flops
         return Task("attention", "attention", "attention", time, flops=flops)
 
     def _norms(self, lay) -> Task:

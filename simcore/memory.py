@@ -92,7 +92,7 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
            * _experts_per_gpu(m, s.ep, s.redundant))
     seqs_group = s.batch / s.ep
     # a windowed layer holds at most its window (attention_context is the mean over layers)
-    kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * m.attention_context(w.max_context)
+    kv_layer = m.kv_cache_bytes_per_token(w.kv_bytes) / m.num_layers * m.attention_context(w.max_context)
     c_attn = s.choice["attention"]
     kv_heads_shard = 1.0 if m.is_mla else np.minimum(t, m.num_kv_heads)
     seqs_local = np.where(c_attn == DIM0, np.ceil(seqs_group / t), seqs_group)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import linear_attention as gdn
+from . import sparse_attention as dsa
 from .hf_config import REJECTED, SPEC_TYPE, ModelConfigError, from_hf_config
 
 __all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "preset_for", "model_summary",
@@ -46,14 +47,15 @@ MODEL_NAMES: tuple[str, ...] = (
     "qwen3-32b", "qwen3-235b-a22b", "qwen2-57b-a14b", "deepseek-v2", "deepseek-v2-lite", "deepseek-r1",
     "gpt-oss-120b", "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "kimi-k2", "minimax-m2",
     "qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "qwen3-30b-a3b", "qwen3-coder-480b-a35b", "qwen2.5-72b",
-    "glm-4.5-air",
+    "glm-4.5-air", "glm-5", "deepseek-v3.2",
 )
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
              "moe_layer_freq")
 _NON_NEGATIVE = ("num_experts", "top_k", "num_shared_experts", "expert_ffn_size", "dense_first_layers",
                  "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-                 "published_params", "norms_per_layer", "max_position_embeddings", "sliding_window")
+                 "published_params", "norms_per_layer", "max_position_embeddings", "sliding_window",
+                 "index_topk", "index_n_heads", "index_head_dim")
 _QK_NORMS = ("none", "head", "layer")
 
 
@@ -68,7 +70,10 @@ class ModelSpec:
     (DeepSeek). Layers in ``window_layers`` attend to at most ``sliding_window`` past tokens (gpt-oss,
     Mistral, Llama-4's chunked layers). Layers in ``linear_layers`` mix tokens with Gated DeltaNet linear
     attention (Qwen3-Next, Qwen3.5; :mod:`simcore.linear_attention`) and hold a fixed state per sequence
-    instead of a KV cache; the ``linear_*`` fields are its head counts and sizes. For MLA models
+    instead of a KV cache; the ``linear_*`` fields are its head counts and sizes. ``index_*`` > 0: DeepSeek
+    sparse attention over MLA (DeepSeek-V3.2, GLM-5; :mod:`simcore.sparse_attention`): each query attends
+    to the ``index_topk`` cached tokens a lightning indexer of ``index_n_heads`` heads of
+    ``index_head_dim`` selects. For MLA models
     ``head_dim`` is the query/key head size
     (``qk_nope + qk_rope``). For other models ``v_head_dim`` may be left 0 and is then set to
     ``head_dim``, so ``q_head_dim`` and ``v_head_dim`` are valid for every model.
@@ -119,6 +124,9 @@ class ModelSpec:
     linear_value_head_dim: int = 0
     linear_conv_kernel: int = 0  # width of the depthwise causal conv1d over q, k, v
     linear_state_bytes: int = 0  # bytes per element of the recurrent state (config mamba_ssm_dtype)
+    index_topk: int = 0  # DeepSeek sparse attention: cached tokens each query attends to; 0 = dense
+    index_n_heads: int = 0  # ... its lightning indexer's heads
+    index_head_dim: int = 0  # ... and their size (one index key of this size per cached token)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -145,6 +153,7 @@ class ModelSpec:
         self._check_moe()
         self._check_mla()
         gdn.check(self, lambda field, requirement: self._check(field, False, requirement))
+        dsa.check(self, lambda field, requirement: self._check(field, False, requirement))
 
     def _check(self, field: str, ok: bool, requirement: str) -> None:
         if not ok:
@@ -221,6 +230,11 @@ class ModelSpec:
         return bool(self.linear_layers)
 
     @property
+    def is_sparse_attention(self) -> bool:
+        """Whether attention is DeepSeek sparse attention (a lightning indexer picks ``index_topk`` keys)."""
+        return self.index_topk > 0
+
+    @property
     def num_attention_layers(self) -> int:
         """Layers with softmax attention over a KV cache."""
         return self.num_layers - len(self.linear_layers)
@@ -253,9 +267,17 @@ class ModelSpec:
         mean = ((n - n_win) * np.asarray(context, dtype=float) + n_win * windowed) / n
         return float(mean) if np.ndim(mean) == 0 else mean
 
+    def attended_context(self, context):
+        """Mean over softmax-attention layers of the cached tokens one decode query attends to at
+        ``context``: :meth:`attention_context`, capped at ``index_topk`` under DeepSeek sparse attention
+        (whose layers still hold every token)."""
+        return dsa.attended(self, self.attention_context(context))
+
     def prefill_attention_pairs(self, seq_len: float) -> float:
         """Mean over softmax-attention layers of the causal (query, key) pairs of a prefill of
-        ``seq_len`` tokens."""
+        ``seq_len`` tokens (each query keeps at most ``index_topk`` keys under sparse attention)."""
+        if self.is_sparse_attention:
+            return dsa.prefill_pairs(self, seq_len)
         full = seq_len * seq_len / 2.0
         n_win = len(self.window_layers)
         if n_win == 0 or seq_len <= self.sliding_window:
@@ -286,7 +308,7 @@ class ModelSpec:
         kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
         o = heads * self.v_head_dim * h
         bias = self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim + h if self.attention_bias else 0
-        return q_params + kv_a + kv_b + o + bias + extra
+        return q_params + kv_a + kv_b + o + bias + extra + dsa.indexer_params(self)
 
     def linear_attention_params(self) -> int:
         """One Gated DeltaNet token mixer (elements); 0 for a model without linear attention."""
@@ -367,6 +389,11 @@ class ModelSpec:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * self.num_attention_layers
         return 2 * self.num_kv_heads * self.head_dim * self.num_attention_layers
 
+    def kv_cache_bytes_per_token(self, kv_bytes: float) -> float:
+        """KV-cache bytes per token over all layers at ``kv_bytes`` per element, plus the index keys of
+        DeepSeek sparse attention (FP8 whatever ``kv_bytes``: :func:`simcore.sparse_attention.key_bytes`)."""
+        return self.kv_cache_elements_per_token() * kv_bytes + self.num_attention_layers * dsa.key_bytes(self)
+
     def linear_state_bytes_per_sequence(self, activation_bytes: float = 2.0) -> float:
         """Bytes of fixed state (conv + recurrent) one sequence holds over the linear-attention layers,
         whatever its length; 0 without linear attention."""
@@ -409,11 +436,12 @@ _SAME_SHAPE = {
     "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8",
                            "Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3-Next-80B-A3B-Thinking-FP8"),
     "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B-FP8",),
+    # zhipuai: zai-org's former name, the serving sample's
+    "glm-5": ("zai-org/GLM-5-FP8", "zai-org/GLM-5.1", "zai-org/GLM-5.1-FP8", "zhipuai/GLM-5"),
+    "deepseek-v3.2": ("deepseek-ai/DeepSeek-V3.2-Exp",),
 }
 # Published model ids of architectures the cost model refuses, with their model_type.
-_REFUSED_IDS = {"zai-org/GLM-5": "glm_moe_dsa", "zai-org/GLM-5-FP8": "glm_moe_dsa",
-                "deepseek-ai/DeepSeek-V3.2-Exp": "deepseek_v32", "deepseek-ai/DeepSeek-V3.2": "deepseek_v32",
-                "MiniMaxAI/MiniMax-M1-80k": "minimax_m1"}
+_REFUSED_IDS = {"MiniMaxAI/MiniMax-M1-80k": "minimax_m1"}
 
 
 @functools.cache

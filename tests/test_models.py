@@ -104,7 +104,7 @@ ACTIVE_CONVENTION = {
     "llama-4-maverick": (True, 0.03), "deepseek-v2": (False, 0.03), "deepseek-v2-lite": (False, 0.03),
     "deepseek-r1": (False, 0.03), "kimi-k2": (False, 0.03), "minimax-m2": (False, 0.05),
     "gpt-oss-120b": (False, 0.005), "gpt-oss-20b": (False, 0.005), "qwen3.5-397b-a17b": (True, 0.03),
-    "qwen3-30b-a3b": (True, 0.03), "qwen3-coder-480b-a35b": (True, 0.03),
+    "qwen3-30b-a3b": (True, 0.03), "qwen3-coder-480b-a35b": (True, 0.03), "glm-5": (False, 0.05),
 }
 # Not here: qwen3-next-80b-a3b, whose "A3B" (3B active) is rounder than its 3.87B with the input
 # embedding or 3.56B without (see simcore/model_configs/README.md).

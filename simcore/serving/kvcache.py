@@ -39,7 +39,7 @@ def kv_bytes_per_token(ctx: CostContext, strategy: Strategy) -> float:
     m = ctx.model
     dense, moe, _ = stage_layers(m, np.array([strategy.pp]))
     layers = float((dense[0] + moe[0]).max())
-    per_layer = m.kv_cache_elements_per_token() / m.num_layers * ctx.workload.kv_bytes
+    per_layer = m.kv_cache_bytes_per_token(ctx.workload.kv_bytes) / m.num_layers
     choice = strategy.choice("attention")
     div = 1.0
     if choice == DIM1:

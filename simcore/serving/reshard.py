@@ -80,7 +80,7 @@ def reshard_bytes_per_gpu(ctx: CostContext, src: Strategy, dst: Strategy, reside
             need[kind] += n
             keep[kind] += k
         if resident_tokens:
-            kv_layer = m.kv_cache_elements_per_token() / m.num_layers * w.kv_bytes * resident_tokens
+            kv_layer = m.kv_cache_bytes_per_token(w.kv_bytes) / m.num_layers * resident_tokens
             n, k = _held_and_kept(ctx, src, dst, "kv", kv_layer)
             need[kind] += n
             keep[kind] += k

@@ -226,7 +226,7 @@ class SeesawCluster(RequestIntake):
                 raise PlanInfeasible(f"hbm_capacity: the {role} layout's weights leave no room for a KV cache")
             self.pcie_bytes[role] = (kv_bytes_per_token(ctx, pool.strategy), state_bytes_per_sequence(ctx, pool.strategy))
         m = ctx.model
-        self.kv_bytes_per_token = m.kv_cache_elements_per_token() * ctx.workload.kv_bytes
+        self.kv_bytes_per_token = m.kv_cache_bytes_per_token(ctx.workload.kv_bytes)
         self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)
         self._reshard: dict[tuple[str, str], float] = {}
         self.workers = [SeesawWorker(self, w, on_finish, fast) for w in range(plan.prefill.workers)]

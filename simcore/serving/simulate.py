@@ -203,7 +203,7 @@ class _Cluster(RequestIntake):
                 raise PlanInfeasible(f"device_count: the plan needs {gpu0} GPUs, the cluster has {len(self.gpu_names)}")
             self.network = FlowNetwork(env, graph)
         m = ctx.model
-        self.kv_bytes_per_token = m.kv_cache_elements_per_token() * ctx.workload.kv_bytes
+        self.kv_bytes_per_token = m.kv_cache_bytes_per_token(ctx.workload.kv_bytes)
         self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
 
     def _submit(self, req: Request) -> None:

@@ -36,6 +36,7 @@ from ..linear_attention import MIXER_KERNELS
 from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
 from ..memory import stage_layers
 from ..moe import RoutingConfig, expected_max_loads
+from ..sparse_attention import INDEXER_KERNELS
 from ..strategy import Strategy
 
 __all__ = ["GroupBatch", "StepCost"]
@@ -217,6 +218,8 @@ class StepCost:
         base, launches, compute = self._lowered(tokens, sampled)
         mixers = [(self.attention_s(g), self.linear_attention_s(g)) for g in busy]
         per_layer = max(len(g.chunks) + (1 if g.decode_seqs else 0) for g in busy)
+        if self.model.is_sparse_attention:  # each attention call is preceded by its indexer's kernels
+            per_layer *= 1 + INDEXER_KERNELS
         per_linear = max(MIXER_KERNELS["prefill"] * bool(g.chunks) + MIXER_KERNELS["decode"] * bool(g.decode_seqs)
                          for g in busy) if self.model.is_hybrid else 0
         times, kernels = [], []

@@ -13,7 +13,8 @@ ids), whose ``utils/bench_serving/benchmark_serving.py`` runs ``--max-concurrenc
 input and output lengths drawn uniformly from the integers ``[floor(0.8 L), L]``, the first ``C``
 requests sent together and each finished one replaced at once, warm-up requests left out, TTFT the
 mean over requests and TPOT the mean of ``(latency - TTFT) / (output tokens - 1)``. It sends
-``10 C`` requests, and so does the study (:data:`REQUESTS_PER_CLIENT`): its opening wave, when all
+``10 C`` requests (``5 C`` for GLM-5: :func:`.launch.requests_per_client`), and so does the study
+(:data:`REQUESTS_PER_CLIENT`): its opening wave, when all
 clients' prompts arrive at once, weighs a tenth of the mean TTFT as in the measurement (at 4 per
 client, as before, it weighed a quarter and inflated TTFT at high concurrency).
 
@@ -44,6 +45,7 @@ import numpy as np
 
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
 
+from .launch import REQUESTS_PER_CLIENT
 from .mapping import RowCase, map_row
 
 __all__ = ["run", "simulate_case", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
@@ -109,8 +111,6 @@ def load_cases(path: Path) -> list[RowCase]:
 
 #: InferenceX's ``--random-range-ratio``: lengths uniform in ``[floor(RANGE_RATIO * L), L]`` (module doc)
 RANGE_RATIO = 0.8
-#: requests each closed-loop client sends (InferenceX: 10; module doc)
-REQUESTS_PER_CLIENT = 10
 
 
 def harness_lengths(length: int, name: str) -> LengthDist:
@@ -121,7 +121,7 @@ def harness_lengths(length: int, name: str) -> LengthDist:
 
 def serving_config(case: RowCase) -> ServingConfig:
     """The row's closed-loop run as the measuring client made it (module doc)."""
-    return ServingConfig(concurrency=case.concurrency, num_requests=REQUESTS_PER_CLIENT * case.concurrency,
+    return ServingConfig(concurrency=case.concurrency, num_requests=case.requests_per_client * case.concurrency,
                          input_len=harness_lengths(case.isl, "isl"), output_len=harness_lengths(case.osl, "osl"),
                          runtime=case.runtime)
 

@@ -44,6 +44,8 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   overlapped (profile ``vllm``), the 60 Llama-70B fit rows' TPOT misses by a median 0.27 (``|log|``) at any
   host time up to 6 ms, against 0.09 as ``vllm-sync``; the per-step time the host fit finds is not hidden
   in these runs, so these rows keep the version rule of ``mapping.runtime_of`` (an open question, README).
+- SGLang, GLM-5 (``glm5_fp8_h200.sh``): ``--mem-fraction-static 0.85``, and the client sends 5 requests per
+  client (``num_prompts=$((CONC * 5))``) where the other scripts send 10 (:func:`requests_per_client`).
 - vLLM, Kimi-K2.5 and MiniMax-M2.5 (``kimik2.5_int4_h200.sh``, ``minimaxm2.5_fp8_h200.sh``):
   ``--gpu-memory-utilization 0.95``; the token budget is vLLM's default (a later MiniMax script raises
   it with the concurrency; which copy ran a row is not recorded, so the default stays).
@@ -56,10 +58,12 @@ from __future__ import annotations
 
 from simcore.serving import get_runtime
 
-__all__ = ["launch_flags", "HARNESS_LENGTHS", "TRITON_MOE_FIELDS"]
+__all__ = ["launch_flags", "requests_per_client", "HARNESS_LENGTHS", "REQUESTS_PER_CLIENT", "TRITON_MOE_FIELDS"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
 HARNESS_LENGTHS = (1024, 8192)
+#: requests each closed-loop client sends: InferenceX's ``--num-prompts`` is 10 x the concurrency
+REQUESTS_PER_CLIENT = 10
 #: The runtime-profile fields that price the MoE block's kernels: a launch that picks the Triton MoE
 #: kernels takes them from profile ``vllm`` (module doc)
 TRITON_MOE_FIELDS = ("moe_gemm_efficiency", "moe_fp8_at_bf16_rate", "moe_memory_efficiency", "moe_layer_s")
@@ -101,4 +105,14 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
         return flags
     if backend == "vllm" and preset.startswith(("kimi", "minimax")):
         return {"mem_fraction": 0.95}
+    if backend == "sglang" and preset.startswith("glm-5"):
+        return {"mem_fraction": 0.85}
     return {}
+
+
+def requests_per_client(backend: str, preset: str, isl: int, osl: int) -> int:
+    """Requests each client of the row's run sends (module doc): :data:`REQUESTS_PER_CLIENT`, 5 for
+    InferenceX's GLM-5 runs on SGLang."""
+    if isl in HARNESS_LENGTHS and osl in HARNESS_LENGTHS and backend == "sglang" and preset.startswith("glm-5"):
+        return 5
+    return REQUESTS_PER_CLIENT

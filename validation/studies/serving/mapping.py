@@ -4,9 +4,10 @@ The mapping, column by column:
 
 - ``model_path`` -> a model preset through :func:`simcore.models.preset_for` (published ids, their
   Instruct / FP8 variants, ``moonshotai/Kimi-K2.5`` -> ``kimi-k2``). A model with no preset, or of an
-  architecture the cost model refuses (sparse or non-Gated-DeltaNet linear attention: GLM-5,
-  DeepSeek-V3.2, MiniMax-M1), is skipped, with why. Qwen3.5 (``Qwen/Qwen3.5-397B-A17B``, ``-FP8``) maps to
-  ``qwen3.5-397b-a17b``, its Gated DeltaNet layers priced by :mod:`simcore.linear_attention`.
+  architecture the cost model refuses (non-Gated-DeltaNet linear attention: MiniMax-M1), is skipped,
+  with why. Qwen3.5 (``Qwen/Qwen3.5-397B-A17B``, ``-FP8``) maps to ``qwen3.5-397b-a17b``, its Gated
+  DeltaNet layers priced by :mod:`simcore.linear_attention`; GLM-5 (``zhipuai/GLM-5``) to ``glm-5``, its
+  DeepSeek sparse attention priced by :mod:`simcore.sparse_attention`.
 - ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``; vLLM before v0.14 or unversioned ->
   ``vllm-sync``, see :func:`runtime_of`); ``system`` -> GPU (``h100_sxm``,
   ``h200_sxm``, ``b200_sxm``).
@@ -55,7 +56,7 @@ from simcore.serving import Pool, ServingPlan, runtime_strategy
 from simcore.workload import Workload
 
 from .kv_dtype import kv_cache_precision
-from .launch import launch_flags
+from .launch import REQUESTS_PER_CLIENT, launch_flags, requests_per_client
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
 
@@ -78,6 +79,7 @@ class RowCase:
     osl: int = 0
     runtime: str = ""
     launch: dict = field(default_factory=dict)
+    requests_per_client: int = REQUESTS_PER_CLIENT
 
 
 def model_preset(model_path: str) -> str | None | ModelConfigError:
@@ -245,5 +247,6 @@ def _map_row(row: dict) -> RowCase:
     case.model, case.plan = preset, plan
     case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency,
                                tp=pools[0].strategy.tp)
+    case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl)
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
     return case
