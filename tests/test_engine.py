@@ -23,6 +23,7 @@ CASES = [
     ("mixtral-8x7b", 16, "decode", ("h100-ib-rail", 2)),
     ("mixtral-8x22b", 16, "prefill", ("h100-ib-rail", 2)),
     ("deepseek-v3", 64, "decode", ("h100-ib-rail", 8)),
+    ("glm-5", 32, "decode", ("h100-ib-rail", 4)),  # DeepSeek sparse attention: the indexer's time too
 ]
 
 

@@ -277,13 +277,20 @@ class RuntimeProfile:
 # Then the MoE block again with these rates (`--moe --rows 12 --ttft-rows 24`, two processes, 7 min): vLLM 0.5 and
 # 25 us (0.057; 75 us scores 0.119 now: it had carried part of the slower prefill in vLLM's mixed steps), SGLang
 # 1.0 and 75 us unchanged (0.065), request_s unchanged (vLLM 45 ms, SGLang 130 ms).
-# All of these fits priced every FP8 row's KV cache in FP8; the KV type each row's launch actually used
+# These fits priced every FP8 row's KV cache in FP8. With the KV type each row's launch used
 # (validation/studies/serving/kv_dtype.py: BF16 for most vLLM and SGLang rows), SGLang's admission headroom
-# and static memory pool came after, and the constants were not refitted with them (README, serving).
+# and static memory pool, the host constants were refitted (`--runtimes vllm-sync --rows 24`, ~60 min;
+# `--runtimes sglang --rows 24`, one pass, which had converged): vLLM step_host_s 4 ms (unchanged),
+# step_host_per_seq_s 0 -> 10 us, custom_ar_s 6 -> 3 us (median |log error| of TPOT 0.102 -> 0.082 on its
+# 24 rows; on all 132 aggregated vLLM fit rows 0.121 -> 0.107, each row simulated under both; 3 us is the
+# grid's lowest value, so it also carries per-layer time the model overprices on these rows: a fitted
+# knob, not a measured latency); request_s stays 45 ms. SGLang's fit preferred step_host_s 6 ms on its 24
+# rows (TPOT 0.083 vs 0.126 at 2 ms), but on all 85 of its aggregated fit rows 2 / 4 / 6 ms score
+# 0.132 / 0.131 / 0.131: no signal, so SGLang keeps 2 ms; request_s stays 130 ms.
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
-                            kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=0.0, custom_ar_s=6e-6,
+                            kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=10e-6, custom_ar_s=3e-6,
                             request_s=45e-3, moe_gemm_efficiency=0.25, moe_fp8_at_bf16_rate=True,
                             moe_memory_efficiency=0.5, moe_layer_s=25e-6)
 
