@@ -146,3 +146,13 @@ def test_glm5_serves_on_eight_h200_and_kv_binds_later_in_fp8() -> None:
     assert 0 < result.metrics.tpot_s["mean"] < 0.2 and 0 < result.metrics.ttft_s["mean"] < 5.0
     bf16, fp8 = (kv_bytes_per_token(_ctx(kv_precision=p), megatron_strategy(tp=8)) for p in ("bf16", "fp8"))
     assert fp8 / bf16 == pytest.approx((576 + 132) / (1152 + 132))
+
+
+def test_layouts_study_runs_and_ends_with_json(capsys) -> None:
+    from validation.sparse_attention_layouts import LAYOUTS, main
+
+    out = main(["--isl", "3072", "--osl", "4", "--clients", "2"])
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert last == out and set(out) == set(LAYOUTS)
+    for layout in out.values():
+        assert all(v["ttft_s"] > 0 and v["tpot_s"] > 0 for v in layout.values())
