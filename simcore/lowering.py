@@ -222,6 +222,11 @@ class _Lowerer:
             new, prior = self.prefill_chunk or (float(self.w.input_len), 0.0)
             index_s, index_flops = dsa.indexer_time_s(self.m, self.gpu, self.xp, self.phase, seqs_local, self.context,
                                                       new, prior)
+            tokens = seqs_local * (1.0 if self.phase == "decode" else new)
+            scored = self.phase == "decode" or dsa.sparse_prefill(self.m, new, prior)
+            for k, n in dsa.projection_shapes(self.m, scored):
+                index_s = index_s + gemm_time_s(tokens, n, k, self.gpu, self.w.precision)
+                index_flops = index_flops + 2.0 * tokens * n * k
             time, flops = time + index_s, flops + index_flops
         return Task("attention", "attention", "attention", time, flops=flops)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import sparse_attention as dsa
 from .lowering import CostContext, StrategyArrays
 from .opgraph import DIM0, DIM1, REPLICATED, model_ops
 
@@ -85,7 +86,7 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     def weights(name: str) -> np.ndarray:
         return ops[name].weight_params * wb / _shard(s.choice[name], t) if name in ops else np.zeros(len(s))
 
-    attn = weights("qkv") + weights("out_proj")
+    attn = weights("qkv") + weights("out_proj") + dsa.indexer_params(m) * wb  # the indexer: on every rank
     dense = weights("dense_ffn1") + weights("dense_ffn2")
     moe = (weights("router") + weights("shared_ffn1") + weights("shared_ffn2")
            + (weights("expert_ffn1") + weights("expert_ffn2")) * (w.expert_bytes / wb) / max(m.num_experts, 1)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .layout import S_FEAT, S_TOK, P, R
+from . import sparse_attention as dsa
 from .models import ModelSpec
 
 __all__ = [
@@ -109,7 +110,7 @@ def model_ops(model: ModelSpec) -> dict[str, FusedOp]:
     h = model.hidden_size
     gate = 2 if model.gated_mlp else 1
     o_in = model.num_heads * model.v_head_dim
-    qkv_params = model.attention_params() - o_in * h
+    qkv_params = model.attention_params() - o_in * h - dsa.indexer_params(model)  # the indexer: replicated
     if model.is_hybrid:  # the mean layer: softmax- and linear-attention weights by their layers' shares
         n_attn, n_lin = model.num_attention_layers, len(model.linear_layers)
         lin_o = model.linear_value_heads * model.linear_value_head_dim

@@ -20,9 +20,9 @@ up to ``index_topk`` per query (:func:`attended`, :func:`prefill_pairs`), and th
 token (the latent plus its index key). The indexer is replicated on every tensor-parallel rank: its
 queries have ``H_i`` heads of their own and the serving runtimes run it unsplit (vLLM's and SGLang's
 ``Indexer`` build ``wq_b`` / ``wk`` / ``weights_proj`` as ``ReplicatedLinear``), so :func:`indexer_time_s`
-charges each GPU the indexer of all its sequences; its projections are counted with the attention's
-(:func:`indexer_params`) and priced as split as the attention's are (per GPU, 9.4 MB of GLM-5's FP8
-weights per layer read as 1.2 MB at TP 8: about 0.15 ms per decode step short).
+charges each GPU the indexer of all its sequences, and its projections (:func:`projection_shapes`) are
+held and run whole on every rank: counted in the attention's parameters (:func:`indexer_params`) but not
+in the split ``qkv`` operator (:func:`simcore.opgraph.model_ops`); the memory model adds them unsplit.
 
 How the serving runtimes run it on Hopper (SGLang's ``nsa`` backend, v0.5.8-0.5.9: ``nsa_backend.py``,
 ``nsa/nsa_indexer.py``; read from the released wheels):
@@ -48,14 +48,15 @@ import math
 
 import numpy as np
 
-__all__ = ["INDEXER_KERNELS", "check", "indexer_params", "key_bytes", "attended", "prefill_pairs",
-           "sparse_prefill", "padded_heads", "indexer_time_s"]
+__all__ = ["INDEXER_KERNELS", "check", "indexer_params", "projection_shapes", "key_bytes", "attended",
+           "prefill_pairs", "sparse_prefill", "padded_heads", "indexer_time_s"]
 
 #: Kernels of one layer's indexer per prompt chunk or decode batch (SGLang's ``Indexer.forward``): its
-#: three GEMMs (``wq_b``, ``wk``, ``weights_proj``; their time is the attention projection's), the key's
-#: LayerNorm, rope on the index query and key, FP8 quantisation of the query and of the key with its
-#: store into the cache, the logits, the top-k.
+#: three GEMMs (``wq_b``, ``wk``, ``weights_proj``: :func:`projection_shapes`), the key's LayerNorm, rope
+#: on the index query and key, FP8 quantisation of the query and of the key with its store into the
+#: cache, the logits, the top-k.
 INDEXER_KERNELS = 9
+_GEMMS = 3
 #: ... where nothing is scored (a sequence within the top-k): ``wk``, the LayerNorm, rope, quantise-and-store.
 _KEY_ONLY_KERNELS = 4
 _SCALE_BLOCK = 128  # elements per FP32 scale of the FP8 index keys
@@ -77,13 +78,23 @@ def check(m, fail) -> None:
         fail("index_topk", "with windowed or linear-attention layers is not expressible")
 
 
+def projection_shapes(m, scored: bool = True) -> list[tuple[int, int]]:
+    """``[in, out]`` of the indexer's GEMMs run for a token: ``wq_b``, ``wk``, ``weights_proj``; only ``wk``
+    where nothing is scored (:func:`sparse_prefill`); none without DSA."""
+    if not m.index_topk:
+        return []
+    wk = (m.hidden_size, m.index_head_dim)
+    if not scored:
+        return [wk]
+    return [(m.q_lora_rank or m.hidden_size, m.index_n_heads * m.index_head_dim), wk,
+            (m.hidden_size, m.index_n_heads)]
+
+
 def indexer_params(m) -> int:
     """One layer's indexer (elements): ``wq_b``, ``wk``, its LayerNorm, ``weights_proj``; 0 without DSA."""
     if not m.index_topk:
         return 0
-    q_in = m.q_lora_rank or m.hidden_size
-    heads, dim = m.index_n_heads, m.index_head_dim
-    return q_in * heads * dim + m.hidden_size * dim + 2 * dim + m.hidden_size * heads
+    return sum(k * n for k, n in projection_shapes(m)) + 2 * m.index_head_dim
 
 
 def key_bytes(m) -> float:
@@ -121,9 +132,10 @@ def padded_heads(heads, gpu, xp=None):
 
 
 def indexer_time_s(m, gpu, xp, phase: str, seqs, context, new: float, prior: float):
-    """(seconds, FLOPs) of one layer's indexer for ``seqs`` sequences on one GPU: in decode one query
-    per sequence over ``context`` cached tokens; in prefill ``new`` queries after ``prior`` cached ones
-    (only the new keys stored where the sequence fits ``index_topk``: :func:`sparse_prefill`).
+    """(seconds, FLOPs) of one layer's indexer scoring for ``seqs`` sequences on one GPU, its GEMMs
+    aside (:func:`projection_shapes`, priced by the caller): in decode one query per sequence over
+    ``context`` cached tokens; in prefill ``new`` queries after ``prior`` cached ones (only the new keys
+    stored where the sequence fits ``index_topk``: :func:`sparse_prefill`).
 
     Scores run at the FP8 tensor-core rate (BF16's on a GPU without FP8) at the GPU's attention
     efficiency (a fused kernel like attention's; not timed here: an assumption); the bytes are the
@@ -133,7 +145,7 @@ def indexer_time_s(m, gpu, xp, phase: str, seqs, context, new: float, prior: flo
     if phase != "decode" and not sparse_prefill(m, new, prior):  # the new keys stored, nothing scored
         nbytes = seqs * new * keys
         return (nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
-                + _KEY_ONLY_KERNELS * gpu.kernel_overhead_s), 0.0 * nbytes
+                + (_KEY_ONLY_KERNELS - 1) * gpu.kernel_overhead_s), 0.0 * nbytes
     if phase == "decode":
         pairs, queries, cached = context, 1.0, context
     else:
@@ -144,4 +156,4 @@ def indexer_time_s(m, gpu, xp, phase: str, seqs, context, new: float, prior: flo
     peak = gpu.peak_flops_per_s.get("fp8", gpu.peak_flops_per_s["bf16"])
     compute_s = flops / (peak * gpu.attention_efficiency)
     memory_s = nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
-    return xp.maximum(compute_s, memory_s) + INDEXER_KERNELS * gpu.kernel_overhead_s, flops
+    return xp.maximum(compute_s, memory_s) + (INDEXER_KERNELS - _GEMMS) * gpu.kernel_overhead_s, flops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -70,6 +71,26 @@ def test_sparse_attention_needs_mla_and_all_three_fields() -> None:
         ModelSpec(**dict(mla, index_head_dim=0))
 
 
+def test_indexer_weights_sit_whole_on_every_rank() -> None:
+    from simcore.memory import memory_per_gpu_bytes
+    from simcore.opgraph import model_ops
+
+    glm, v3 = get_model(GLM5), get_model("deepseek-v3")
+    qkv = model_ops(glm)["qkv"]
+    # the fused [h, out] GEMM rounds its width down to whole columns: within one column of h
+    assert qkv.weight_params == pytest.approx(glm.attention_params() - dsa.indexer_params(glm) - 64 * 256 * 6144,
+                                              abs=6144)
+    assert model_ops(v3)["qkv"].weight_params == pytest.approx(v3.attention_params() - 128 * 128 * 7168, abs=7168)
+    # memory: every rank of a TP-8 group holds the 78 indexers whole (FP8), the rest of qkv an eighth
+    ctx = CostContext(glm, Workload(precision="fp8", input_len=1), Cluster.simple("h200", 8))
+    s = StrategyArrays.from_strategies([megatron_strategy(tp=8)])
+    base = float(memory_per_gpu_bytes(ctx, s)[0])
+    no_dsa = CostContext(dataclasses.replace(glm, index_topk=0, index_n_heads=0, index_head_dim=0),
+                         ctx.workload, ctx.cluster)
+    diff = base - float(memory_per_gpu_bytes(no_dsa, s)[0])
+    assert diff == pytest.approx(78 * dsa.indexer_params(glm) * 1.0, rel=0.01)
+
+
 def test_cache_holds_every_token_and_its_fp8_index_key() -> None:
     glm = get_model(GLM5)
     key = 128 + 4  # FP8 key and one FP32 scale per 128 elements, whatever the KV type
@@ -99,12 +120,14 @@ def test_indexer_scores_every_cached_token_on_every_rank() -> None:
     # a sequence within the top-k is prefilled as dense MLA: its keys are stored, nothing is scored
     short_s, short_flops = dsa.indexer_time_s(glm, gpu, np, "prefill", 1.0, 0.0, 1024.0, 1024.0)
     assert short_flops == 0 and short_s == pytest.approx(
-        1024 * 132 / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency) + 4 * gpu.kernel_overhead_s)
+        1024 * 132 / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency) + 3 * gpu.kernel_overhead_s)  # wk: the caller
     # the indexer is not split by tensor parallelism; the attention core's heads are
     at = {tp: _Lowerer(_ctx(gpus=tp), StrategyArrays.from_strategies([megatron_strategy(tp=tp, batch=8)]),
                        "decode", 65536.0) for tp in (1, 8)}
     core = {tp: float(low._softmax_attention().flops) for tp, low in at.items()}
-    index = 8 * 2 * 65536 * 32 * 128
+    projections = 2 * 8 * sum(k * n for k, n in dsa.projection_shapes(glm))  # wq_b, wk, weights_proj, whole
+    assert projections == 2 * 8 * (dsa.indexer_params(glm) - 2 * 128)
+    index = 8 * 2 * 65536 * 32 * 128 + projections
     core_1 = core[1] - index
     assert core[8] - index == pytest.approx(core_1 / 8)
 
@@ -117,7 +140,8 @@ def test_long_prefill_runs_flashmla_sparse_with_padded_heads() -> None:
     for new in (2048.0, 4096.0):
         low.prefill_chunk = (new, 0.0)
         index = dsa.indexer_time_s(glm, ctx.cluster.gpu, np, "prefill", 1.0, 0.0, new, 0.0)[1]
-        flops[new] = float(low._softmax_attention().flops) - index
+        shapes = dsa.projection_shapes(glm, scored=dsa.sparse_prefill(glm, new, 0.0))  # wk alone when short
+        flops[new] = float(low._softmax_attention().flops) - index - sum(2 * new * k * n for k, n in shapes)
     assert flops[2048.0] == pytest.approx(2 * 2048.0 ** 2 / 2 * 8 * (256 + 256))  # dense MLA, 64 / 8 heads
     # sparse: every query over the top-k slots, absorbed (576 + 512), the 8 heads padded to Hopper's 64
     assert flops[4096.0] == pytest.approx(2 * 4096 * 2048 * 64 * (576 + 512))
