@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .layout import S_FEAT, S_TOK, P, R
 from . import sparse_attention as dsa
+from .layout import S_FEAT, S_TOK, P, R
 from .models import ModelSpec
 
 __all__ = [
