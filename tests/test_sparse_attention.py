@@ -180,3 +180,22 @@ def test_layouts_study_runs_and_ends_with_json(capsys) -> None:
     assert last == out and set(out) == set(LAYOUTS)
     for layout in out.values():
         assert all(v["ttft_s"] > 0 and v["tpot_s"] > 0 for v in layout.values())
+
+
+@pytest.mark.parametrize("runtime", ["sglang", "vllm"])
+def test_fast_path_equals_reference_across_the_topk(runtime) -> None:
+    """Decode contexts crossing ``index_topk`` inside folded runs, and prompts on both sides of it: the
+    memoized / folded path equals stepping one by one."""
+    from simcore.serving import runtime_strategy
+
+    plan = ServingPlan.aggregated(runtime_strategy(tp=8), workers=1, max_num_seqs=8)
+    cfg = ServingConfig(concurrency=6, num_requests=14, runtime=runtime,
+                        input_len=LengthDist("uniform", mean=2000, low=1900, high=2100),
+                        output_len=LengthDist("uniform", mean=150, low=100, high=200), seed=3)
+    fast = simulate_serving(_ctx(), plan, cfg, fast=True)
+    slow = simulate_serving(_ctx(), plan, cfg, fast=False)
+    assert fast.feasible and slow.feasible
+    for key in ("ttft_s", "tpot_s"):
+        assert fast.metrics.__getattribute__(key)["mean"] == pytest.approx(slow.metrics.__getattribute__(key)["mean"],
+                                                                           rel=1e-9)
+    assert fast.metrics.requests == slow.metrics.requests == 14
