@@ -18,6 +18,15 @@ mean over requests and TPOT the mean of ``(latency - TTFT) / (output tokens - 1)
 clients' prompts arrive at once, weighs a tenth of the mean TTFT as in the measurement (at 4 per
 client, as before, it weighed a quarter and inflated TTFT at high concurrency).
 
+The sample's other rows (aiconfigurator's own sweeps: ISL 1000-8000, OSL 100-2000) are simulated with the
+same client. aiconfigurator's eval runner (``src/aiconfigurator/eval/benchmarks/genai_perf_runner.py``)
+measures through Dynamo with genai-perf: chat endpoint, streaming, fixed lengths (standard deviation 0,
+``ignore_eos``), ``--concurrency C``, ``--request-count 10 C``, ``--warmup-request-count 2 C``; whether
+the sample's sweep rows came from that runner is not recorded. Simulated with its fixed lengths, the
+closed loop runs in lock step (every client's next prompt arrives in the same step) and the 51
+Qwen3-235B vLLM sweep rows' median TTFT error goes from 12% to 126% (TPOT 11% to 24%): the measured runs
+did not stay in lock step, so the drawn lengths stay.
+
 Fit and test: the runtime profiles' host cost per step is fitted (``python -m validation.fit_serving``)
 on the rows of the models in :data:`FIT_MODELS` only; every other model's rows are the test set. The
 study labels each row and reports both sets, test first.
