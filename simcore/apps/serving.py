@@ -80,7 +80,10 @@ class ServingAppConfig:
     ``vllm`` | ``sglang`` | ``trtllm`` (and the other profiles of ``simcore.serving.RUNTIMES``);
     ``mem_fraction``: the runtime's memory fraction (vLLM ``--gpu-memory-utilization``, SGLang
     ``--mem-fraction-static``, TensorRT-LLM ``free_gpu_memory_fraction``; ``null``: the profile's, for
-    SGLang its own default for the GPU and layout), also written into the launch scripts; SLOs on the mean TTFT and TPOT in ms (``null``: none);
+    SGLang its own default for the GPU and layout), also written into the launch scripts; ``spec_tokens``:
+    speculative decoding's draft tokens per step (0: off; the model's MTP module or an EAGLE head) with
+    ``spec_accept`` the acceptance of each draft position (``null``: aiconfigurator's defaults,
+    ``simcore.serving.speculative``), also written into the launch scripts; SLOs on the mean TTFT and TPOT in ms (``null``: none);
     ``network``: KV hand-offs of disaggregated plans as flows on the topology (else idle-fabric time)."""
 
     concurrency: int = 64
@@ -93,6 +96,8 @@ class ServingAppConfig:
     osl_std: float = 0.0
     runtime: str = "vllm"
     mem_fraction: float | None = None
+    spec_tokens: int = 0
+    spec_accept: list[float] | None = None
     ttft_slo_ms: float | None = None
     tpot_slo_ms: float | None = None
     seed: int = 0
@@ -111,6 +116,19 @@ def _length(mean, std: float, name: str):
     if isinstance(mean, bool) or not isinstance(mean, int) or mean < 1:
         raise UserError(f"{name} must be a positive integer, got {mean!r}")
     return LengthDist("lognormal" if std > 0 else "fixed", mean=float(mean), std=float(std), name=name)
+
+
+def _spec_tokens(v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise UserError(f"serving.spec_tokens must be an integer >= 0, got {v!r}")
+    return v
+
+
+def _spec_accept(v) -> tuple[float, ...]:
+    try:
+        return tuple(float(a) for a in v)
+    except (TypeError, ValueError):
+        raise UserError(f"serving.spec_accept must be a list of rates in [0, 1], got {v!r}") from None
 
 
 def build_serving_config(s, load: float = 1.0):
@@ -136,6 +154,8 @@ def build_serving_config(s, load: float = 1.0):
                              input_len=_length(s.isl, float(s.isl_std), "serving.isl"),
                              output_len=_length(s.osl, float(s.osl_std), "serving.osl"), runtime=str(s.runtime),
                              mem_fraction=None if s.get("mem_fraction") is None else float(s.mem_fraction),
+                             spec_tokens=_spec_tokens(s.get("spec_tokens", 0)),
+                             spec_accept=None if s.get("spec_accept") is None else _spec_accept(s.spec_accept),
                              ttft_slo_s=ms(s.ttft_slo_ms), tpot_slo_s=ms(s.tpot_slo_ms), seed=int(s.seed))
     except ServingInputError as exc:
         raise UserError(str(exc)) from None

@@ -20,6 +20,7 @@ Flags assume vLLM 0.10-0.11, SGLang 0.5, TensorRT-LLM 1.0-1.1 and Dynamo 0.5+; c
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -92,6 +93,9 @@ def _vllm(plan, model, path, gpn, dtypes, runtime: RuntimeProfile, out: LaunchCo
         m = _mapping("vllm", pool, model, path, gpn, dtypes)
         flags = m.flags + ["--max-num-batched-tokens", str(runtime.max_num_batched_tokens),
                            "--gpu-memory-utilization", f"{runtime.mem_fraction:g}"]
+        if runtime.spec_tokens and role != "prefill":
+            spec = {"method": "mtp", "num_speculative_tokens": runtime.spec_tokens}
+            flags += ["--speculative-config", f"'{json.dumps(spec)}'"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)
         out.script.append(f"# {_label(role)} {w}: {where}")
         if disagg:
@@ -119,6 +123,10 @@ def _sglang(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig) -> None:
             flags += ["--moe-a2a-backend", "deepep"]
         if runtime.mem_fraction is not None:  # the fraction the plan's KV cache was sized with
             flags += ["--mem-fraction-static", f"{runtime.mem_fraction:g}"]
+        if runtime.spec_tokens and role != "prefill":  # SGLang runs MTP drafts as EAGLE with top-1 chains
+            k = runtime.spec_tokens
+            flags += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
+                      "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
         if disagg:
             flags += ["--disaggregation-mode", role, "--disaggregation-ib-device", "${IB_DEVICE}"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)
@@ -153,6 +161,8 @@ def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, dtype
         opts["cache_transceiver_config"] = {"backend": "DEFAULT", "max_tokens_in_buffer": int(isl)}
     if role == "prefill":
         opts["disable_overlap_scheduler"] = True  # not supported on context servers
+    if runtime.spec_tokens and role != "prefill":
+        opts["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": runtime.spec_tokens}
     return opts
 
 
@@ -210,5 +220,9 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
         _sglang(plan, model, path, gpus_per_node, dtypes, runtime, out)
     else:
         _trtllm(plan, model, path, gpus_per_node, dtypes, runtime, out, isl)
+    if runtime.spec_tokens:
+        out.notes.append(f"speculative decoding, {runtime.spec_tokens} draft token(s) per step from the model's own MTP "
+                         "module (DeepSeek-V3/R1, GLM, Qwen3.5, MiniMax-M2 have one; another model needs an EAGLE "
+                         "draft model, e.g. vLLM method eagle3 with its path)")
     out.script.append("wait")
     return out

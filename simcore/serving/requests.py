@@ -45,6 +45,7 @@ class Request:
     preemptions: int = 0
     group: int = 0  # attention data-parallel group it runs on
     handoff_s: float = math.nan  # disaggregated: when its KV cache reached the decode worker
+    spec_credit: float = 0.0  # speculative decoding: the fraction of a token carried to its next step
 
     def __post_init__(self) -> None:
         if self.prefill_target == 0:
@@ -62,13 +63,14 @@ class Request:
     def done(self) -> bool:
         return self.generated >= self.output_len
 
-    def advance(self, new_tokens: int, now: float) -> bool:
-        """Apply a step that computed ``new_tokens`` tokens of this request; True if it sampled one."""
+    def advance(self, new_tokens: int, now: float, emit: int = 1) -> bool:
+        """Apply a step that computed ``new_tokens`` tokens of this request and, once its prompt is in,
+        emits ``emit`` tokens (more than one: accepted speculative drafts); True if it emitted any."""
         self.kv_tokens += new_tokens
         if self.kv_tokens < self.prefill_target:
             return False
-        self.generated += 1
-        self.token_times.append(now)
+        self.generated += emit
+        self.token_times.extend([now] * emit)
         if self.generated == 1:
             self.first_token_s = now
         if self.done:

@@ -114,6 +114,9 @@ A profile holds few physical numbers, each with its source:
   requests run when every rank has one, or after the timeout
   (:class:`~simcore.serving.scheduler.AttentionDpBalance`). InferenceX's DeepSeek-R1 runs with attention
   DP turn it on with 60 and 0 (``dsr1_fp8_h200_trt.sh``).
+- ``spec_tokens``, ``spec_accept``: speculative decoding (MTP, EAGLE; :mod:`simcore.serving.speculative`),
+  off (0 draft tokens) in every profile, set per launch; ``spec_accept`` the conditional acceptance of each
+  draft position (aiconfigurator's default rates unless the launch gives its own).
 """
 
 from __future__ import annotations
@@ -122,6 +125,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from .requests import ServingInputError
+from .speculative import DEFAULT_ACCEPT, check_accept, tokens_per_step
 
 __all__ = ["RuntimeProfile", "RUNTIMES", "get_runtime", "SCHEDULERS"]
 
@@ -169,6 +173,8 @@ class RuntimeProfile:
     moe_memory_efficiency: float = 1.0
     moe_layer_s: float = 0.0
     moe_a2a_backend: str = "none"
+    spec_tokens: int = 0
+    spec_accept: tuple[float, ...] = DEFAULT_ACCEPT
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -183,6 +189,7 @@ class RuntimeProfile:
         if not isinstance(self.moe_fp8_at_bf16_rate, bool):
             raise ServingInputError(f"runtime {self.name}: moe_fp8_at_bf16_rate must be true or false, got "
                                     f"{self.moe_fp8_at_bf16_rate!r}")
+        check_accept(self.spec_tokens, tuple(self.spec_accept), f"runtime {self.name}")
         if self.moe_a2a_backend not in MOE_A2A_BACKENDS:
             raise ServingInputError(f"runtime {self.name}: moe_a2a_backend must be one of "
                                     f"{', '.join(MOE_A2A_BACKENDS)}, got {self.moe_a2a_backend!r}")
@@ -228,6 +235,11 @@ class RuntimeProfile:
         if self.moe_memory_efficiency == 1.0:
             return None
         return gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency * self.moe_memory_efficiency
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens a decoding sequence gains per step: 1, or more with speculative decoding."""
+        return tokens_per_step(self.spec_tokens, tuple(self.spec_accept))
 
     def uses_graph(self, tokens: int, has_prefill: bool) -> bool:
         """Whether a step of ``tokens`` tokens replays a CUDA graph."""
@@ -294,7 +306,7 @@ class RuntimeProfile:
 # 0.125-0.342 at 0.7/1.0 x 25-125 us). TensorRT-LLM's MoE block on all 53 of its MoE fit rows (DeepSeek-V3/R1;
 # the earlier fit saw 12): 0.7 and 50 us -> 0.85 and 125 us (median |log error| of TPOT 0.140 -> 0.072; the
 # best of 19 points of 0.7/0.85/1.0 x 50-200 us, on a rough surface: 100 us scores 0.111, 150 us 0.133, as the
-# rows mix TP-sliced experts, whose simulated TPOT is short at few clients, with EP 8, long at any); request_s
+# rows mix DeepSeek-V3 runs with DeepSeek-R1 runs that decode with MTP speculation, unrecorded: README); request_s
 # then stays 30 ms (0.078 on its 72 harness Llama-70B rows, 0.166 on all 125). SGLang's MoE prefill rate and
 # request path stay: on its 39 MoE fit rows 0.5 and 180 ms would score TTFT 0.176 against 0.188, but its two
 # clients disagree (DeepSeek-V3's InferenceX rows 0.104 -> 0.056, Qwen3-235B's aiconfigurator sweeps 0.240 ->

@@ -42,11 +42,12 @@ class GroupScheduler:
     """Waiting and running requests of one attention group, its KV cache and its policy."""
 
     def __init__(self, policy: str, kv: KvCache, max_num_seqs: int, max_tokens: int,
-                 batch_wait: tuple[int, float] = (0, 0.0), reserve_output: bool = False):
+                 batch_wait: tuple[int, float] = (0, 0.0), reserve_output: bool = False, decode_q: int = 1):
         if policy not in SCHEDULERS:
             raise ValueError(f"serving.scheduler: {policy!r} is not one of {', '.join(SCHEDULERS)}")
         self.policy, self.kv = policy, kv
         self.max_num_seqs, self.max_tokens = max_num_seqs, max_tokens
+        self.decode_q = decode_q  # tokens a decoding sequence runs per step: 1, or 1 + drafts (speculative)
         self.wait_iters, self.wait_ratio = batch_wait
         self.waited = 0  # steps the context requests have been held back (TensorRT-LLM batch waiting)
         self.waiting: deque[Request] = deque()
@@ -106,7 +107,7 @@ class GroupScheduler:
         held_back = self.headroom.reserved_tokens(self.running) if self.headroom else 0.0
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            n = req.remaining_prefill if req.in_prefill else 1  # a decode arriving with its KV (disaggregated)
+            n = req.remaining_prefill if req.in_prefill else self.decode_q  # a decode arriving with its KV
             if n > budget:
                 if not chunk or (chosen and self.policy == "sglang"):
                     break
@@ -136,7 +137,7 @@ class GroupScheduler:
                 break
             if req.rid in busy or req not in self.running:
                 continue
-            n = min(req.remaining_prefill, budget) if req.in_prefill else 1
+            n = min(req.remaining_prefill, budget) if req.in_prefill else self.decode_q
             if not self._grow_or_preempt(req, req.kv_tokens + n, busy, chosen):
                 self._preempt_self(req)
                 continue
@@ -162,10 +163,10 @@ class GroupScheduler:
         for req in list(self.running):
             if req.rid in busy or req not in self.running or req.in_prefill:
                 continue
-            if not self._grow_or_preempt(req, req.kv_tokens + 1, busy, chosen):
+            if not self._grow_or_preempt(req, req.kv_tokens + self.decode_q, busy, chosen):
                 self._preempt_self(req)
                 continue
-            chosen.append((req, 1))
+            chosen.append((req, self.decode_q))
         if self.headroom is not None:
             if self.preemptions > retracted:
                 self.headroom.after_retract(self.running)
@@ -181,7 +182,7 @@ class GroupScheduler:
         for req in self.running:  # KV was reserved at admission: nothing to grow, nothing to evict
             if req.rid in busy or budget <= 0:
                 continue
-            n = min(req.remaining_prefill, budget) if req.in_prefill else 1
+            n = min(req.remaining_prefill, budget) if req.in_prefill else self.decode_q
             chosen.append((req, n))
             budget -= n
         self._admit(budget, chosen, whole_request=True, chunk=True)
@@ -190,7 +191,7 @@ class GroupScheduler:
     def _batch_wait(self, chosen: list[tuple[Request, int]]) -> list[tuple[Request, int]]:
         """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``): with both context and
         generation requests in the step, the context requests run only once their prompt tokens (the
-        whole prompt, as ``get_tokens(0)`` counts) plus one per generation request reach
+        whole prompt, as ``get_tokens(0)`` counts) plus one per generation request (one and its drafts) reach
         ``ratio x max_num_tokens``, or after ``timeout_iters`` steps of waiting; until then the step
         runs the generation requests alone. Admitted requests keep their KV while they wait."""
         if not (self.wait_iters > 0 or self.wait_ratio > 0):
@@ -199,7 +200,7 @@ class GroupScheduler:
         generation = [(r, n) for r, n in chosen if not r.in_prefill]
         if not context or not generation:
             return chosen
-        tokens = sum(r.prefill_target for r in context) + len(generation)
+        tokens = sum(r.prefill_target for r in context) + sum(n for _, n in generation)  # n: 1 + drafts
         if self.waited >= self.wait_iters or tokens >= self.wait_ratio * self.max_tokens:
             self.waited = 0
             return chosen

@@ -31,6 +31,7 @@ from .metrics import ServingMetrics, summarize
 from .plan import ServingPlan
 from .requests import LengthDist, Request, ServingInputError, read_trace
 from .runtime import RuntimeProfile, get_runtime
+from .speculative import check_accept
 from .step_cost import GroupBatch, StepCost
 from .worker import PlanInfeasible, Worker
 
@@ -74,6 +75,10 @@ class ServingConfig:
     #: the runtime's memory fraction for this run (vLLM ``--gpu-memory-utilization``, SGLang
     #: ``--mem-fraction-static``, TensorRT-LLM ``free_gpu_memory_fraction``); ``None``: its profile's
     mem_fraction: float | None = None
+    #: speculative decoding for this run (:mod:`.speculative`): draft tokens per step (0: off) and the
+    #: conditional acceptance of each draft position (``None``: aiconfigurator's default rates)
+    spec_tokens: int = 0
+    spec_accept: tuple[float, ...] | None = None
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     seed: int = 0
@@ -102,9 +107,15 @@ class ServingConfig:
         self.runtime_profile()
 
     def runtime_profile(self) -> RuntimeProfile:
-        """The profile of ``runtime`` with this run's memory fraction, if it sets one."""
+        """The profile of ``runtime`` with this run's memory fraction and speculative decoding, if it sets them."""
         profile = get_runtime(self.runtime)
-        return profile if self.mem_fraction is None else profile.with_overrides(mem_fraction=self.mem_fraction)
+        if self.mem_fraction is not None:
+            profile = profile.with_overrides(mem_fraction=self.mem_fraction)
+        if self.spec_tokens or self.spec_accept is not None:
+            accept = tuple(self.spec_accept) if self.spec_accept is not None else profile.spec_accept
+            check_accept(self.spec_tokens, accept, "serving")
+            profile = profile.with_overrides(spec_tokens=self.spec_tokens, spec_accept=accept)
+        return profile
 
 
 @dataclass

@@ -48,22 +48,31 @@ class GroupBatch:
 
     ``chunks``: ``(new_tokens, prior_context)`` of each prompt chunk; ``decode_seqs`` decoding
     sequences whose contexts (tokens each attends to, its new one included) sum to
-    ``decode_context_sum``; ``sampled``: sequences that sample a token this step (decodes plus prompts
-    whose last chunk this is). Attention is linear in each context, so the sum is all it needs.
+    ``decode_context_sum``; ``sampled``: tokens sampled this step (one per decode and per prompt whose
+    last chunk this is; with speculative decoding each decode samples its ``decode_q``). Attention is
+    linear in each context, so the sum is all it needs. ``decode_q``: tokens each decoding sequence runs
+    through the model (1, or 1 + its drafts under speculative decoding, :mod:`.speculative`).
     """
 
     chunks: list[tuple[int, int]]
     decode_seqs: int
     decode_context_sum: float
     sampled: int
+    decode_q: int = 1
 
     @classmethod
-    def of(cls, chunks: list[tuple[int, int]], decode_contexts: list[int], sampled: int) -> GroupBatch:
-        return cls(chunks, len(decode_contexts), float(sum(decode_contexts)), sampled)
+    def of(cls, chunks: list[tuple[int, int]], decode_contexts: list[int], sampled: int,
+           decode_q: int = 1) -> GroupBatch:
+        return cls(chunks, len(decode_contexts), float(sum(decode_contexts)), sampled, decode_q)
 
     @property
     def tokens(self) -> int:
-        return sum(c for c, _ in self.chunks) + self.decode_seqs
+        return sum(c for c, _ in self.chunks) + self.decode_seqs * self.decode_q
+
+    @property
+    def sequences(self) -> int:
+        """Sequences in the step (what a CUDA graph captured by batch size is keyed on)."""
+        return len(self.chunks) + self.decode_seqs
 
 
 class _NoAttention(_Lowerer):
@@ -116,13 +125,14 @@ class StepCost:
         copies = float(max(tokens, 1)) * s.ep * m.top_k
         return float(expected_max_loads(self.ctx.routing, m.num_experts, s.ep, copies, s.redundant_experts))
 
-    def _lowered(self, tokens: int, sampled: int) -> tuple[list[float], int, list[int]]:
+    def _blocks(self, tokens: int, sampled: int) -> dict[str, tuple[float, int, int]]:
+        """Each block of the lowering at ``tokens`` tokens and ``sampled`` sampled ones: its GPU seconds,
+        its kernels, and its compute kernels (memoized)."""
         key = (tokens, sampled)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         self.lowerings += 1
-        s = self.strategy
         low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len, self.expert_load(tokens))
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
         if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
@@ -141,17 +151,40 @@ class StepCost:
             return sum(t.count for t in tasks if t.kind != "host" and float(t.time_s) > 0
                        and not (compute_only and t.is_comm))
 
+        out = {name: (total(b), kernels(b), kernels(b, True)) for name, b in blocks.items()}
+        self._memo[key] = out
+        return out
+
+    def _lowered(self, tokens: int, sampled: int) -> tuple[list[float], int, list[int]]:
+        """Per-stage GPU seconds of everything but attention, the kernels launched, and the compute
+        kernels of each stage."""
+        s, b, none = self.strategy, self._blocks(tokens, sampled), (0.0, 0, 0)
+        moe_s = self.runtime.moe_layer_s if self.runtime is not None else 0.0
         times, launches, compute = [], 0, []
         for p in range(s.pp):
-            layers = [(self.dense_layers[p], blocks.get("dense_layer", [])),
-                      (self.moe_layers[p], blocks.get("moe_layer", []))]
-            edge = (blocks["first"] if p == 0 else []) + (blocks["last"] if p == s.pp - 1 else blocks["p2p"])
-            moe_fixed = self.moe_layers[p] * (self.runtime.moe_layer_s if self.runtime is not None else 0.0)
-            times.append(sum(n * total(b) for n, b in layers) + total(edge) + moe_fixed)
-            launches += sum(n * kernels(b) for n, b in layers) + kernels(edge)
-            compute.append(sum(n * kernels(b, True) for n, b in layers) + kernels(edge, True))
-        self._memo[key] = (times, launches, compute)
+            layers = [(self.dense_layers[p], b.get("dense_layer", none)), (self.moe_layers[p], b.get("moe_layer", none))]
+            edge = ([b["first"]] if p == 0 else []) + [b["last"] if p == s.pp - 1 else b["p2p"]]
+            times.append(sum(n * t for n, (t, _, _) in layers) + sum(t for t, _, _ in edge) + self.moe_layers[p] * moe_s)
+            launches += sum(n * k for n, (_, k, _) in layers) + sum(k for _, k, _ in edge)
+            compute.append(sum(n * c for n, (_, _, c) in layers) + sum(c for _, _, c in edge))
         return times, launches, compute
+
+    def draft(self, groups: list[GroupBatch]) -> tuple[float, int]:
+        """GPU seconds and kernels of a step's speculative draft passes (:mod:`.speculative`): the
+        runtime's ``spec_tokens`` passes, each one layer of the model (an MoE layer where it has them,
+        with the runtime's fixed MoE time) over the busiest group's decoding sequences, that layer's
+        attention at their mean context, and the output head. (0, 0) without speculation or decodes."""
+        k = self.runtime.spec_tokens if self.runtime is not None else 0
+        busy = [g for g in groups if g.decode_seqs]
+        if not k or not busy:
+            return 0.0, 0
+        g = max(busy, key=lambda g: g.decode_seqs)
+        b = self._blocks(g.decode_seqs, g.decode_seqs)
+        moe = "moe_layer" in b
+        layer, last = b["moe_layer" if moe else "dense_layer"], b["last"]
+        attn = self.attention_s(GroupBatch([], g.decode_seqs, g.decode_context_sum, g.decode_seqs))
+        per_pass = layer[0] + last[0] + attn + (self.runtime.moe_layer_s if moe else 0.0)
+        return k * per_pass, k * (layer[1] + last[1] + 1)
 
     def _task_s(self, task: Task) -> float:
         """A task's time; a small tensor-parallel all-reduce inside one NVLink domain runs on the
@@ -228,7 +261,10 @@ class StepCost:
             times.append(b + max(n_attn * a + n_lin * lin for a, lin in mixers))
             kernels.append(n_attn * per_layer + n_lin * per_linear)
         compute = [c + k for c, k in zip(compute, kernels, strict=True)]
-        return times, launches + sum(kernels), tokens, compute
+        draft_s, draft_kernels = self.draft(busy)  # speculative drafts run after the step's last stage
+        times[-1] += draft_s
+        compute[-1] += draft_kernels
+        return times, launches + sum(kernels) + draft_kernels, tokens, compute
 
     def gpu_times(self, groups: list[GroupBatch], runtime) -> list[float]:
         """Per-stage GPU seconds of the step under ``runtime`` (a :class:`RuntimeProfile`).
@@ -237,7 +273,10 @@ class StepCost:
         instead of an isolated kernel's ``GpuSpec.kernel_overhead_s``; outside one, the GPU waits for the
         host to launch each kernel, so a stage takes at least its launches times ``runtime.launch_s``."""
         times, launches, tokens, compute = self.stage_times(groups)
-        if runtime.uses_graph(tokens, any(g.chunks for g in groups)):
+        # vLLM captures graphs by the step's tokens; SGLang and TensorRT-LLM by its sequences (batch size),
+        # which differ only under speculative decoding (each sequence runs 1 + drafts tokens)
+        key = tokens if runtime.scheduler == "vllm" else max((g.sequences for g in groups), default=0)
+        if runtime.uses_graph(key, any(g.chunks for g in groups)):
             saved = self.gpu.kernel_overhead_s - runtime.graph_kernel_s
             return [t - n * saved for t, n in zip(times, compute, strict=True)]
         floor = launches * runtime.launch_s

@@ -24,6 +24,7 @@ from .kvcache import KvCache, state_blocks
 from .requests import Request
 from .runtime import RuntimeProfile
 from .scheduler import AttentionDpBalance, GroupScheduler
+from .speculative import emitted
 from .step_cost import GroupBatch, StepCost
 
 __all__ = ["Worker", "PlanInfeasible", "step_host_s"]
@@ -57,8 +58,10 @@ class Worker:
         state = state_blocks(cost.ctx, cost.strategy, runtime.kv_block_tokens)
         # TensorRT-LLM waits for context batches only without attention DP (``not enable_attention_dp``)
         wait = (runtime.batch_wait_timeout_iters, runtime.batch_wait_max_tokens_ratio) if groups == 1 else (0, 0.0)
+        self.decode_q = 1 + runtime.spec_tokens  # tokens a decoding sequence runs per step (speculative.py)
         self.groups = [GroupScheduler(runtime.scheduler, KvCache(kv_tokens, runtime.kv_block_tokens, state), seqs,
-                                      runtime.max_num_batched_tokens, wait, reserve_output=role == "both")
+                                      runtime.max_num_batched_tokens, wait, reserve_output=role == "both",
+                                      decode_q=self.decode_q)
                        for _ in range(groups)]
         self.balance = AttentionDpBalance(runtime.attention_dp_timeout_iters, runtime.attention_dp_batching_wait_iters) \
             if runtime.attention_dp_balance and groups > 1 else None
@@ -163,6 +166,8 @@ class Worker:
 
     def _decode_run(self, picks) -> int:
         """How many identical pure-decode steps may be taken at once (1: take one step normally)."""
+        if self.decode_q > 1:  # speculative decoding: tokens per step differ between steps
+            return 1
         reqs = [r for pick in picks for r, n in pick]
         if any(r.in_prefill for r in reqs) or any(g.waiting and self._may_admit(g) for g in self.groups):
             return 1
@@ -222,8 +227,9 @@ class Worker:
         for pick in picks:
             chunks = [(n, r.kv_tokens) for r, n in pick if r.in_prefill]
             decodes = [r.kv_tokens + 1 for r, n in pick if not r.in_prefill]
-            sampled = sum(1 for r, n in pick if r.kv_tokens + n >= r.prefill_target)
-            batches.append(GroupBatch.of(chunks, decodes, sampled))
+            # a prompt's last chunk samples one token; a decode samples each of its 1 + drafts
+            sampled = sum(1 for r, n in pick if r.in_prefill and r.kv_tokens + n >= r.prefill_target)
+            batches.append(GroupBatch.of(chunks, decodes, sampled + len(decodes) * self.decode_q, self.decode_q))
         return self.cost.gpu_times(batches, self.runtime)
 
     def _run_step(self, picks, times: list[float], entered: simpy.Event):
@@ -248,7 +254,11 @@ class Worker:
                 self._busy.discard(req.rid)
                 if req not in group.running:  # preempted while in flight: its work is void
                     continue
-                sampled = req.advance(n, now)
+                if self.decode_q > 1 and not req.in_prefill:  # keeps the drafts it accepted
+                    kept = emitted(req, self.runtime.tokens_per_step)
+                    sampled = req.advance(kept, now, emit=kept)
+                else:
+                    sampled = req.advance(n, now)
                 if req.done:
                     group.finish(req)
                     self.on_finish(req)

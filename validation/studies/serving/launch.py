@@ -58,7 +58,8 @@ from __future__ import annotations
 
 from simcore.serving import get_runtime
 
-__all__ = ["launch_flags", "requests_per_client", "HARNESS_LENGTHS", "REQUESTS_PER_CLIENT", "TRITON_MOE_FIELDS"]
+__all__ = ["launch_flags", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS", "REQUESTS_PER_CLIENT",
+           "TRITON_MOE_FIELDS"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
 HARNESS_LENGTHS = (1024, 8192)
@@ -108,6 +109,18 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
     if backend == "sglang" and preset.startswith("glm-5"):
         return {"mem_fraction": 0.85}
     return {}
+
+
+def deepseek_trtllm_mtp_flags(concurrency: int, isl: int, tp: int, attention_dp: bool) -> dict:
+    """What InferenceX's MTP launch of DeepSeek-R1 on TensorRT-LLM sets beside :func:`launch_flags`
+    (``dsr1_fp8_h200_trt_mtp.sh``): ``speculative_config`` ``decoding_type: MTP`` with 3 draft tokens
+    (``num_nextn_predict_layers``) without attention DP and 1 with, and ``max_num_tokens`` =
+    ``(MTP + 1) x max_batch_size + ISL + 64`` rounded up to 64, ``max_batch_size`` being the concurrency per
+    attention-DP rank. A row does not record which of the two launches (with or without MTP) ran it, so
+    the study simulates its rows without, and ``python -m validation.serving_spec`` shows both."""
+    mtp = 1 if attention_dp else 3
+    per_rank = concurrency // tp if attention_dp else concurrency
+    return {"spec_tokens": mtp, "max_num_batched_tokens": _round_up((mtp + 1) * per_rank + isl + 64, 64)}
 
 
 def requests_per_client(backend: str, preset: str, isl: int, osl: int) -> int:
