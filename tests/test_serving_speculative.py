@@ -142,6 +142,20 @@ def test_launches_carry_the_draft_count():
             serving_launch(plan, model, target).files.values())
 
 
+def test_a_model_without_mtp_modules_launches_an_eagle3_draft():
+    from simcore.export import model_has_mtp
+
+    assert model_has_mtp(get_model("deepseek-v3")) and model_has_mtp(get_model("qwen3.5-397b-a17b"))
+    assert not model_has_mtp(get_model("llama-3.1-70b")) and not model_has_mtp(get_model("kimi-k2"))
+    model = get_model("llama-3.1-70b")
+    plan = ServingPlan.aggregated(runtime_strategy(tp=8), workers=1, max_num_seqs=64)
+    for target, flag in (("trtllm", "decoding_type: Eagle"), ("vllm", '"method": "eagle3"'),
+                         ("sglang", "--speculative-algorithm EAGLE3")):
+        out = serving_launch(plan, model, target, runtime=get_runtime(target).with_overrides(spec_tokens=2))
+        text = out.to_text() + "".join(out.files.values())
+        assert flag in text and "EAGLE3_DRAFT_MODEL" in text, target
+
+
 def test_cli_bad_acceptance_exits_2_with_one_line(tmp_path):
     cmd = [sys.executable, "-c", "from simcore.apps.sim import main; main()", "workload=serving",
            "serving.spec_tokens=2", "serving.spec_accept=[0.9,2.0]", f"hydra.run.dir={tmp_path}"]

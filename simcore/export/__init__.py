@@ -49,6 +49,22 @@ def model_source(model: ModelSpec) -> str | None:
     return source if "/" in source and " " not in source else None
 
 
+#: config.json keys that count a checkpoint's own multi-token-prediction (MTP) modules
+_MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_modules")
+
+
+def model_has_mtp(model: ModelSpec) -> bool:
+    """Whether a catalog preset's checkpoint ships MTP modules a runtime can draft with (DeepSeek-V3/R1,
+    GLM-5, Qwen3.5, MiniMax-M2), read from its ``config.json`` (``text_config`` included); False for a
+    synthetic or unknown model."""
+    path = CONFIG_DIR / f"{model.name}.json"
+    if model.name not in MODEL_NAMES or not path.is_file():
+        return False
+    cfg = json.loads(path.read_text())
+    scopes = [cfg, cfg.get("text_config") or {}]
+    return any(int(scope.get(k) or 0) > 0 for scope in scopes for k in _MTP_KEYS)
+
+
 def _gaps(strategy: Strategy, model: ModelSpec, mapping: Mapping) -> list[Gap]:
     gaps = [Gap(op, strategy.sharding[op], mapping.sharding[op]) for op in SEARCHABLE_OPS
             if op_applies(model, op) and strategy.sharding[op] != mapping.sharding[op]]

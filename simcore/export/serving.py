@@ -31,6 +31,15 @@ from ..serving import Pool, ServingPlan
 from ..serving.runtime import RuntimeProfile, get_runtime
 from .targets import MAPPERS, Deployment
 
+#: placeholder for an EAGLE-3 draft checkpoint, where the model has no MTP module of its own
+_DRAFT = "${EAGLE3_DRAFT_MODEL}"
+
+
+def model_has_mtp(model: ModelSpec) -> bool:
+    from . import model_has_mtp as has  # the package imports this module
+
+    return has(model)
+
 __all__ = ["LaunchConfig", "serving_launch", "SERVING_TARGETS"]
 
 SERVING_TARGETS = ("vllm", "sglang", "trtllm")
@@ -94,7 +103,8 @@ def _vllm(plan, model, path, gpn, dtypes, runtime: RuntimeProfile, out: LaunchCo
         flags = m.flags + ["--max-num-batched-tokens", str(runtime.max_num_batched_tokens),
                            "--gpu-memory-utilization", f"{runtime.mem_fraction:g}"]
         if runtime.spec_tokens and role != "prefill":
-            spec = {"method": "mtp", "num_speculative_tokens": runtime.spec_tokens}
+            spec = {"method": "mtp"} if model_has_mtp(model) else {"method": "eagle3", "model": _DRAFT}
+            spec["num_speculative_tokens"] = runtime.spec_tokens
             flags += ["--speculative-config", f"'{json.dumps(spec)}'"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)
         out.script.append(f"# {_label(role)} {w}: {where}")
@@ -125,8 +135,10 @@ def _sglang(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig) -> None:
             flags += ["--mem-fraction-static", f"{runtime.mem_fraction:g}"]
         if runtime.spec_tokens and role != "prefill":  # SGLang runs MTP drafts as EAGLE with top-1 chains
             k = runtime.spec_tokens
-            flags += ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(k),
-                      "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+            flags += (["--speculative-algorithm", "EAGLE"] if model_has_mtp(model) else
+                      ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", _DRAFT])
+            flags += ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1",
+                      "--speculative-num-draft-tokens", str(k + 1)]
         if disagg:
             flags += ["--disaggregation-mode", role, "--disaggregation-ib-device", "${IB_DEVICE}"]
         env = "".join(f"{a}={b} " for a, b in m.env.items()) + _cuda_env(where)
@@ -162,7 +174,9 @@ def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, dtype
     if role == "prefill":
         opts["disable_overlap_scheduler"] = True  # not supported on context servers
     if runtime.spec_tokens and role != "prefill":
-        opts["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": runtime.spec_tokens}
+        opts["speculative_config"] = (
+            {"decoding_type": "MTP", "num_nextn_predict_layers": runtime.spec_tokens} if model_has_mtp(model) else
+            {"decoding_type": "Eagle", "max_draft_len": runtime.spec_tokens, "speculative_model_dir": _DRAFT})
     return opts
 
 
@@ -221,8 +235,8 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
     else:
         _trtllm(plan, model, path, gpus_per_node, dtypes, runtime, out, isl)
     if runtime.spec_tokens:
-        out.notes.append(f"speculative decoding, {runtime.spec_tokens} draft token(s) per step from the model's own MTP "
-                         "module (DeepSeek-V3/R1, GLM, Qwen3.5, MiniMax-M2 have one; another model needs an EAGLE "
-                         "draft model, e.g. vLLM method eagle3 with its path)")
+        draft = "the checkpoint's own MTP module" if model_has_mtp(model) else f"an EAGLE-3 draft model ({_DRAFT})"
+        out.notes.append(f"speculative decoding: {runtime.spec_tokens} draft token(s) per step from {draft}; the "
+                         "simulation assumed the acceptance rates it was given (serving.spec_accept)")
     out.script.append("wait")
     return out
