@@ -308,7 +308,8 @@ def run_serving_sim(cfg) -> dict:
     payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus,
                "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate,
                            "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
-                           "osl": cfg.serving.osl, "slo": slo},
+                           "osl": cfg.serving.osl, "slo": slo, "spec_tokens": scfg.spec_tokens,
+                           "spec_accept": list(scfg.runtime_profile().spec_accept[:scfg.spec_tokens])},
                "result": result.to_dict()}
     atomic_write_json(out / "result.json", payload)
     con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote result.json into run dir: {out}")
