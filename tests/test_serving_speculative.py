@@ -186,3 +186,8 @@ def test_the_mtp_comparison_runs_both_launches_on_any_csv_and_ends_with_json(tmp
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == summary
     assert summary["all plain"]["rows"] == summary["all mtp"]["rows"] == 2
     assert summary["all mtp"]["tpot_median_abs"] < summary["all plain"]["tpot_median_abs"]
+    published = summary["published_speedups"]
+    assert [p["batch"] for p in published] == [1, 32]
+    # speculation pays less as the batch grows (the verify tokens cost more GPU time), as published
+    assert all(p["simulated"]["k1"] > 1.0 for p in published)
+    assert published[0]["simulated"]["k1"] > published[1]["simulated"]["k1"]

@@ -10,15 +10,22 @@ the campaign (measurement date) the row came from, so the reader sees which laun
 rows follow. It selects no rows by their error: every non-duplicate aggregated DeepSeek-R1 TensorRT-LLM
 row at InferenceX's lengths is shown.
 
+It then sets the simulator's decode speedup from speculation beside published ones
+(``validation/data/spec_decode_published.csv``: SGLang's DeepSeek-V3 MTP on 8 H200, 1.8x at batch 1 and
+1.5x at batch 32): one decode step of the batch at a 2,048-token context, plain against speculative at 1
+and 3 draft tokens with the default acceptance. The source states neither its draft count, its acceptance
+nor its lengths, so this is a consistency check, not a validation.
+
     python -m validation.serving_spec [--data CSV] [--jobs 2]
 
 Ends with one JSON line: per launch, the median |error| of TPOT and TTFT over all these rows and per
-campaign.
+campaign, and the published and simulated speedups.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import statistics
@@ -30,6 +37,8 @@ from validation.studies.serving import duplicates, load_cases, simulate_case
 from validation.studies.serving.launch import HARNESS_LENGTHS, deepseek_trtllm_mtp_flags
 
 DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
+PUBLISHED = Path(__file__).resolve().parent / "data" / "spec_decode_published.csv"
+CONTEXT = 2048  # tokens each decoding sequence attends to in the speedup check (the source gives none)
 
 
 def _rows(data: Path):
@@ -53,6 +62,40 @@ def _one(args):
         rt = rt.with_overrides(**deepseek_trtllm_mtp_flags(case.concurrency, case.isl, pool.tp * pool.ep, pool.ep > 1))
     ttft, tpot, why = simulate_case(case, rt)
     return i, mtp, ttft, tpot, why
+
+
+def decode_speedup(model: str, hardware: str, tp: int, runtime: str, batch: int, spec_tokens: int) -> float:
+    """Plain decode step time over speculative step time per token kept, one step of ``batch`` sequences
+    at :data:`CONTEXT` tokens, each step at least its host time (the runtimes overlap it)."""
+    from simcore.cluster import Cluster
+    from simcore.lowering import CostContext
+    from simcore.models import get_model
+    from simcore.serving import GroupBatch, StepCost, runtime_strategy
+    from simcore.workload import Workload
+
+    ctx = CostContext(get_model(model), Workload(precision="fp8"), Cluster.simple(hardware, tp))
+    plain, spec = get_runtime(runtime), get_runtime(runtime).with_overrides(spec_tokens=spec_tokens)
+    q = 1 + spec_tokens
+
+    def step(rt, q):
+        cost = StepCost(ctx, runtime_strategy(tp=tp), rt)
+        return max(sum(cost.gpu_times([GroupBatch.of([], [CONTEXT] * batch, batch * q, q)], rt)), rt.host_s(batch))
+
+    return step(plain, 1) / (step(spec, q) / spec.tokens_per_step)
+
+
+def _published(path: Path) -> list[dict]:
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        sims = {f"k{k}": decode_speedup(r["model"], r["hardware"], int(r["tp"]), r["runtime"], int(r["batch"]), k)
+                for k in (1, 3)}
+        out.append({"model": r["model"], "runtime": r["runtime"], "batch": int(r["batch"]),
+                    "published": float(r["value"]), "simulated": sims})
+        print(f"{r['model']} {r['runtime']} {r['hardware']} TP {r['tp']} batch {r['batch']:>3}: published "
+              f"{float(r['value']):.2f}x, simulated {sims['k1']:.2f}x (1 draft) / {sims['k3']:.2f}x (3 drafts)")
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -84,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
                         "ttft_median_abs": statistics.median(abs(t) for t, _ in es)}
         print(f"{key:20s} rows {len(es):3d}  median |TPOT err| {summary[key]['tpot_median_abs']:.3f}  "
               f"|TTFT err| {summary[key]['ttft_median_abs']:.3f}")
+    summary["published_speedups"] = _published(PUBLISHED)
     print(json.dumps(summary))
     return summary
 
