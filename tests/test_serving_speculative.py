@@ -191,3 +191,12 @@ def test_the_mtp_comparison_runs_both_launches_on_any_csv_and_ends_with_json(tmp
     # speculation pays less as the batch grows (the verify tokens cost more GPU time), as published
     assert all(p["simulated"]["k1"] > 1.0 for p in published)
     assert published[0]["simulated"]["k1"] > published[1]["simulated"]["k1"]
+
+
+def test_the_mtp_comparison_refuses_a_missing_or_foreign_csv_in_one_line(tmp_path):
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("a,b\n1,2\n")
+    for data, words in ((tmp_path / "none.csv", "file not found"), (foreign, "schema")):
+        proc = subprocess.run([sys.executable, "-m", "validation.serving_spec", "--data", str(data)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and words in proc.stderr

@@ -103,7 +103,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--jobs", type=int, default=2)
     args = ap.parse_args(argv)
-    cases = _rows(args.data)
+    if not args.data.is_file():
+        ap.exit(2, f"error: --data: file not found: {args.data}\n")
+    try:
+        cases = _rows(args.data)
+    except (KeyError, ValueError) as exc:  # a CSV not in the serving schema
+        ap.exit(2, f"error: --data {args.data.name}: not in the serving sample's schema ({exc})\n")
     jobs = [(str(args.data), i, mtp) for i in range(len(cases)) for mtp in (False, True)]
     with ProcessPoolExecutor(max(args.jobs, 1)) as ex:
         results = {(i, mtp): (t, p, w) for i, mtp, t, p, w in ex.map(_one, jobs)}
