@@ -120,6 +120,26 @@ def test_a_tp_degree_that_is_the_product_of_equal_expert_degrees_is_the_launch_t
     assert map_row(row).plan == case.plan
 
 
+
+def test_a_product_layout_whose_compact_launch_cannot_hold_the_model_is_read_as_written():
+    """tp 16 = 4 x 4 reads as `--tp 4 --ep 4` on 4 GPUs where those hold the model (gpt-oss above); for
+    DeepSeek-V3 on H100s 4 GPUs cannot (320 GB for 671 GB of FP8 weights), so the row is the 16-GPU
+    deployment it says: attention TP 16 over two nodes, which simulates."""
+    from validation.studies.serving import simulate_case
+
+    row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="sglang", system="h100_sxm", tp_size=16,
+               attention_dp_size=1, moe_tp_size=4, moe_ep_size=4, isl=1024, osl=16,
+               silicon_data_source="x; silicon_concurrency=4")
+    case = map_row(row)
+    assert not case.skip, case.skip
+    assert case.plan.gpus == 16 and case.plan.pool.strategy.tp == 16 and case.ctx.cluster.num_gpus == 16
+    ttft, tpot, why = simulate_case(case)
+    assert not why and ttft > 0 and tpot > 0
+    row.update(system="h200_sxm")  # on H200s 4 GPUs cannot hold it either (564 GB): read as written too
+    assert map_row(row).plan.gpus == 16
+    row.update(tp_size="64", moe_tp_size="8", moe_ep_size="8")  # 8 H200s can: the compact launch
+    assert map_row(row).plan.gpus == 8
+
 def test_an_attention_dp_degree_that_is_the_product_of_equal_expert_degrees_is_dp_t_ep_t():
     row = _row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", tp_size=1, attention_dp_size=64,
                moe_tp_size=8, moe_ep_size=8, batch_size=2)

@@ -31,7 +31,10 @@ The mapping, column by column:
   entries ``dsr1-fp8-h200-trt``, ``qwen3.5-fp8-h200-sglang``, ``gptoss-fp4-h200-trt``), i.e.
   ``trtllm-serve --tp_size T --ep_size T`` / ``sglang --tp T --expert-parallel-size T`` on T GPUs:
   attention TP T, experts EP T (MoE TP = tp / ep = 1). Such a row is mapped to that deployment; one
-  whose two expert degrees differ stays skipped (its launch is not known). The same launch with
+  whose two expert degrees differ stays skipped (its launch is not known). Where that deployment cannot
+  hold the model's weights with room for a KV cache under the row's runtime (DeepSeek-V3 on 4 H100s, for
+  a tp 16 = 4 x 4 row), the row is read as written: ``tp_size`` GPUs over as many nodes, attention TP over
+  all of them, experts ``moe_tp x moe_ep``, as a 16-GPU H100 deployment would record it. The same launch with
   attention data parallelism on (``dp-attn: true``: DeepSeek on TensorRT-LLM at 8k/1k) is recorded as
   tp 1, ``attention_dp_size`` 64 = 8 x 8, and maps to attention DP 8 with experts EP 8 on 8 GPUs.
 - ``batch_size`` (``prefill_`` / ``decode_`` for disaggregated rows) -> ``max_num_seqs`` per worker:
@@ -52,7 +55,8 @@ from dataclasses import dataclass, field, replace
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.models import ModelConfigError, get_model, preset_for
-from simcore.serving import Pool, ServingPlan, runtime_strategy
+from simcore.serving import Pool, ServingPlan, get_runtime, runtime_strategy
+from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.workload import Workload
 
 from .kv_dtype import kv_cache_precision
@@ -130,9 +134,11 @@ def _int(row: dict, key: str, default: int | None = None) -> int | None:
     return int(value)
 
 
-def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
+def _pool(row: dict, prefix: str, concurrency: int, moe: bool, compact: bool = True) -> Pool | str:
     """One pool's layout. ``batch_size`` is per attention-DP rank (module doc), so a worker runs
-    ``batch_size x attention_dp_size`` sequences."""
+    ``batch_size x attention_dp_size`` sequences. ``compact``: read a ``tp_size`` (or ``attention_dp_size``)
+    above one node that equals ``moe_tp_size x moe_ep_size``, both equal, as InferenceX's ``--tp T --ep T``
+    launch on T GPUs (module doc); ``False``: as written, that many GPUs."""
     tp = _int(row, f"{prefix}tp_size", 1)
     pp = _int(row, f"{prefix}pp_size", 1)
     dp = recorded_dp = _int(row, f"{prefix}attention_dp_size", 1)
@@ -142,13 +148,13 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool) -> Pool | str:
     if moe and vllm and not (row.get(f"{prefix}attention_dp_size") or "").strip() \
             and moe_tp * moe_ep > tp and (moe_tp * moe_ep) % tp == 0:
         dp = moe_tp * moe_ep // tp  # vLLM's MoE layers span all data-parallel x tensor-parallel ranks
-    if tp > NODE_GPUS and moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep:
+    if compact and tp > NODE_GPUS and moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep:
         tp, moe_tp = moe_ep, 1  # `--tp T --ep T` recorded as tp T x T (module doc)
-    if dp > NODE_GPUS and tp == 1 and moe_tp == moe_ep > 1 and dp == moe_tp * moe_ep:
+    if compact and dp > NODE_GPUS and tp == 1 and moe_tp == moe_ep > 1 and dp == moe_tp * moe_ep:
         dp, moe_tp = moe_ep, 1  # the same launch with attention DP on (`dp-attn: true`) (module doc)
     if moe and tp * dp != moe_tp * moe_ep:
         return f"layout: attention on tp{tp} x dp{dp} GPUs but experts on moe_tp{moe_tp} x moe_ep{moe_ep}"
-    if tp > NODE_GPUS and moe_tp > 1 and moe_ep > 1:
+    if compact and tp > NODE_GPUS and moe_tp > 1 and moe_ep > 1:
         return (f"layout: tp_size {tp} spans {tp // NODE_GPUS} {NODE_GPUS}-GPU nodes and equals moe_tp {moe_tp} x "
                 f"moe_ep {moe_ep} (unequal): a product of the expert degrees recorded as the TP degree, whose "
                 f"launch is not known")
@@ -233,14 +239,22 @@ def _map_row(row: dict) -> RowCase:
     if mode == "disagg" and not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
         case.skip = "layout: a disaggregated row without worker counts (the pools' sizes are unknown)"
         return case
-    if mode == "disagg":
-        pools = [_pool(row, p, case.concurrency, model.is_moe) for p in ("prefill_", "decode_")]
-    else:
-        pools = [_pool(row, "", case.concurrency, model.is_moe)]
+    prefixes = ("prefill_", "decode_") if mode == "disagg" else ("",)
+    pools = [_pool(row, p, case.concurrency, model.is_moe) for p in prefixes]
     for p in pools:
         if isinstance(p, str):
             case.skip = p
             return case
+    _place(case, pools, preset, model, workload, gpu, backend)
+    literal = [_pool(row, p, case.concurrency, model.is_moe, compact=False) for p in prefixes]
+    if literal != pools and not all(isinstance(p, Pool) and _holds_weights(case, p) for p in pools) \
+            and all(isinstance(p, Pool) for p in literal):
+        _place(case, literal, preset, model, workload, gpu, backend)  # the compact reading cannot hold the model
+    return case
+
+
+def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workload, gpu: str, backend: str) -> None:
+    """Set the case's plan, launch flags and cluster (enough 8-GPU nodes for the plan) from its pools."""
     plan = ServingPlan.aggregated(pools[0].strategy, pools[0].workers, pools[0].max_num_seqs) if len(pools) == 1 \
         else ServingPlan.disaggregated(*pools)
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
@@ -249,4 +263,9 @@ def _map_row(row: dict) -> RowCase:
                                tp=pools[0].strategy.tp)
     case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl)
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
-    return case
+
+
+def _holds_weights(case: RowCase, pool: Pool) -> bool:
+    """Whether the pool's GPUs hold the weights with room for a KV cache, under the row's runtime and launch."""
+    runtime = get_runtime(case.runtime).with_overrides(**case.launch)
+    return kv_capacity_tokens(case.ctx, pool.strategy, runtime) > 0
