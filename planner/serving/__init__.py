@@ -4,7 +4,7 @@ Entry points: :func:`run_serving_search` (``shard-search workload=serving``, see
 :func:`search_plans` (one method on one scenario, for studies and tests).
 
 - :mod:`.space`: the plan space as categorical heads (mode, each pool's degrees and workers,
-  max_num_seqs) with conditional masks; Megatron's per-operator sharding in every pool
+  max_num_seqs, speculative decoding's draft tokens) with conditional masks; Megatron's per-operator sharding in every pool
 - :mod:`.evaluator`: memoized ``simulate_serving`` behind a budget of simulations; the objective
   (tokens/s per GPU under the SLOs, a graded penalty for misses)
 - :mod:`.methods`: PPO, the metaheuristics, the Megatron-style heuristic, exact enumeration,

@@ -64,7 +64,8 @@ def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=Non
     runtime = scfg.runtime_profile()
     longest = int(scfg.input_len.mean + scfg.output_len.mean)
     space = ServingSpace(ctx, runtime, max_len=longest, tp=search.tp, ep=search.ep, pp=tuple(search.pp),
-                         max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes))
+                         max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),
+                         spec_tokens=None if search.get("spec_tokens") is None else list(search.spec_tokens))
     ev = ServingEvaluator(ctx, space, scfg, int(search.budget), graph=graph, runtime=runtime,
                           max_proposals=int(search.max_proposals) * int(search.budget), journal=journal)
     info = run_method(method, ev, method_config(pcfg), seed, stop=stop, exact_limit=int(search.exact_limit))

@@ -1,12 +1,17 @@
-"""The serving plan space as categorical heads: the mode, each pool's degrees and workers, max_num_seqs.
+"""The serving plan space as categorical heads: the mode, each pool's degrees and workers, max_num_seqs,
+speculative decoding's draft tokens.
 
 One proposal is one vector of head indices::
 
-    mode, a.tp, a.ep, a.pp, a.workers, b.tp, b.ep, b.pp, b.workers, max_num_seqs
+    mode, a.tp, a.ep, a.pp, a.workers, b.tp, b.ep, b.pp, b.workers, max_num_seqs, spec_tokens
 
 Pool ``a`` is the aggregated pool (``mode`` agg) or the prefill pool (disagg); pool ``b`` the decode
 pool. The prefill:decode worker ratio is ``a.workers : b.workers``. ``max_num_seqs`` caps the running
 sequences of every worker (a prefill worker's are bounded by the step's token budget first).
+``spec_tokens`` is the draft tokens per decode step (0: no speculation; :mod:`simcore.serving.speculative`);
+searched when ``spec_tokens`` values are given (``serving.search.spec_tokens``), then each plan carries
+its own (:attr:`simcore.serving.ServingPlan.spec_tokens`); otherwise the head holds the runtime's one value
+and plans leave it to the runtime.
 
 Masks are conditional, head by head (as in :mod:`planner.actions`): a worker layout ``(tp, ep, pp)`` must
 pass the structural checks of :func:`simcore.memory.structural_reasons` (heads and features divide,
@@ -41,7 +46,8 @@ from ..actions import ActionSpace, Head
 
 __all__ = ["ServingSpace", "HEADS", "WORKER_COUNTS"]
 
-HEADS = ("mode", "a.tp", "a.ep", "a.pp", "a.workers", "b.tp", "b.ep", "b.pp", "b.workers", "max_num_seqs")
+HEADS = ("mode", "a.tp", "a.ep", "a.pp", "a.workers", "b.tp", "b.ep", "b.pp", "b.workers", "max_num_seqs",
+         "spec_tokens")
 MODE_VALUES = ("agg", "disagg")
 #: worker counts a pool may take (up to what the cluster holds): ratios like 1:3 and 2:3 need 3 and 6
 WORKER_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -52,8 +58,10 @@ class ServingSpace(ActionSpace):
     fit one attention group's KV cache."""
 
     def __init__(self, ctx: CostContext, runtime: RuntimeProfile, *, max_len: int, tp=None, ep=None,
-                 pp=(1,), max_num_seqs=(32, 64, 128, 256, 512, 1024), modes=MODE_VALUES) -> None:
+                 pp=(1,), max_num_seqs=(32, 64, 128, 256, 512, 1024), modes=MODE_VALUES, spec_tokens=None) -> None:
         self.ctx, self.runtime, self.masking = ctx, runtime, True
+        self.spec_searched = spec_tokens is not None
+        spec = _spec_values(spec_tokens, runtime)
         n, m = ctx.cluster.num_gpus, ctx.model
         unknown = set(modes) - set(MODE_VALUES)
         if unknown or not modes:
@@ -77,7 +85,8 @@ class ServingSpace(ActionSpace):
                       Head("a.tp", tuple(degree[0])), Head("a.ep", tuple(degree[1])), Head("a.pp", tuple(degree[2])),
                       Head("a.workers", counts),
                       Head("b.tp", tuple(degree[0])), Head("b.ep", tuple(degree[1])), Head("b.pp", tuple(degree[2])),
-                      Head("b.workers", counts), Head("max_num_seqs", tuple(int(s) for s in max_num_seqs)))
+                      Head("b.workers", counts), Head("max_num_seqs", tuple(int(s) for s in max_num_seqs)),
+                      Head("spec_tokens", spec))
         self.degree_heads = self.heads
         self.sizes = np.array([h.size for h in self.heads], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
@@ -110,7 +119,7 @@ class ServingSpace(ActionSpace):
         disagg = prefix[0] == 1
         if i >= 5 and i <= 8 and not disagg:  # an aggregated plan has no pool b
             return np.arange(size) == 0
-        if i == 9:
+        if i >= 9:
             return np.ones(size, dtype=bool)
         pool = 0 if i < 5 else 1
         start = 1 + 4 * pool
@@ -169,11 +178,12 @@ class ServingSpace(ActionSpace):
         """The :class:`~simcore.serving.ServingPlan` of one action (the runtimes' sharding in every pool)."""
         a = [int(x) for x in np.asarray(action).reshape(-1)]
         v = [self.heads[i].values[a[i]] for i in range(self.num_heads)]
-        seqs = v[9]
+        seqs, spec = v[9], (v[10] if self.spec_searched else None)
         pool_a = Pool(runtime_strategy(tp=v[1], ep=v[2], pp=v[3]), v[4], seqs)
         if MODE_VALUES[v[0]] == "agg":
-            return ServingPlan.aggregated(pool_a.strategy, v[4], seqs)
-        return ServingPlan.disaggregated(pool_a, Pool(runtime_strategy(tp=v[5], ep=v[6], pp=v[7]), v[8], seqs))
+            return ServingPlan("agg", pool=pool_a, spec_tokens=spec)
+        return ServingPlan("disagg", prefill=pool_a, decode=Pool(runtime_strategy(tp=v[5], ep=v[6], pp=v[7]), v[8], seqs),
+                           spec_tokens=spec)
 
     def action_of(self, plan: ServingPlan) -> np.ndarray:
         """The action of a plan (its degrees and counts must be head values)."""
@@ -188,6 +198,7 @@ class ServingSpace(ActionSpace):
         if plan.mode == "agg":
             row += [0, 0, 0, 0]
         row.append(idx(9, pools[-1].max_num_seqs))
+        row.append(idx(10, self.runtime.spec_tokens if plan.spec_tokens is None else plan.spec_tokens))
         return np.array(row, dtype=np.int64)
 
     def enumerate(self) -> np.ndarray:
@@ -215,13 +226,36 @@ class ServingSpace(ActionSpace):
     def megatron(self) -> list[np.ndarray]:
         """The Megatron-style heuristic at every ``max_num_seqs``: an aggregated plan with the widest
         tensor parallelism in a node, the fewest GPUs at that width (EP before PP when both fit), and
-        as many workers as the cluster holds."""
+        as many workers as the cluster holds; speculative decoding as the runtime has it (else the
+        first searched value)."""
         tp = max(t for t, _, _ in self.layouts)
         lay = min((x for x in self.layouts if x[0] == tp), key=lambda x: (x[0] * x[1] * x[2], x[2], x[1]))
         gpus = lay[0] * lay[1] * lay[2]
         workers = max(w for w in self.heads[4].values if w * gpus <= self.num_gpus)
         rows = []
+        values = self.heads[10].values
+        spec = self.runtime.spec_tokens if self.runtime.spec_tokens in values else values[0]
         for s in self.heads[9].values:
-            rows.append(self.action_of(ServingPlan.aggregated(runtime_strategy(tp=lay[0], ep=lay[1], pp=lay[2]),
-                                                              workers, s)))
+            plan = ServingPlan("agg", pool=Pool(runtime_strategy(tp=lay[0], ep=lay[1], pp=lay[2]), workers, s),
+                               spec_tokens=spec if self.spec_searched else None)
+            rows.append(self.action_of(plan))
         return rows
+
+
+def _spec_values(values, runtime: RuntimeProfile) -> tuple[int, ...]:
+    """The ``spec_tokens`` head's values: those given (distinct, each a draft count the runtime's
+    acceptance rates cover), else the runtime's own."""
+    if values is None:
+        return (int(runtime.spec_tokens),)
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"serving.search.spec_tokens: {v!r} is not an integer >= 0")
+        if v > len(runtime.spec_accept):
+            raise ValueError(f"serving.search.spec_tokens: {v} draft tokens, but serving.spec_accept gives "
+                             f"acceptance rates for {len(runtime.spec_accept)}")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise ValueError("serving.search.spec_tokens: an empty list (leave it null to keep serving.spec_tokens)")
+    return tuple(out)

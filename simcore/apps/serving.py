@@ -53,7 +53,8 @@ class ServingPlanConfig:
 class ServingSearchConfig:
     """``shard-search workload=serving``: ``budget`` simulated plans per method (repeats are free);
     the space: ``tp`` / ``ep`` / ``pp`` degrees of a worker (``null``: powers of two up to a node for
-    tp, the experts for ep), ``max_num_seqs`` values, ``modes``; ``loads`` multiply the configured
+    tp, the experts for ep), ``max_num_seqs`` values, ``modes``, ``spec_tokens`` values (draft tokens per
+    decode step, 0 = off; ``null``: not searched, ``serving.spec_tokens`` for every plan); ``loads`` multiply the configured
     concurrency (or rate) for the Pareto front, on which the ``pareto_plans`` best plans of each mode
     are simulated; ``tpot_grid_ms``: TPOT targets of the best-plan-per-SLO table (TTFT stays the
     configured one); ``exact_limit``: most plans ``planner=exact`` enumerates."""
@@ -64,6 +65,7 @@ class ServingSearchConfig:
     pp: list[int] = field(default_factory=lambda: [1])
     max_num_seqs: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024])
     modes: list[str] = field(default_factory=lambda: ["agg", "disagg"])
+    spec_tokens: list[int] | None = None
     loads: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])
     pareto_plans: int = 2
     tpot_grid_ms: list[float] = field(default_factory=lambda: [20.0, 35.0, 50.0, 100.0])
@@ -197,21 +199,22 @@ def _pool(d: dict, role: str):
 
 def plan_from_dict(d: dict):
     """A :class:`~simcore.serving.ServingPlan` from ``{mode, pool | both, prefill, decode,
-    host_kv_bytes_per_gpu}``."""
+    host_kv_bytes_per_gpu, spec_tokens}``."""
     from simcore.serving import ServingInputError, ServingPlan
 
     mode = d.get("mode", "agg")
+    spec = {} if d.get("spec_tokens") is None else {"spec_tokens": d["spec_tokens"]}
     try:
         if mode == "agg":
-            return ServingPlan("agg", pool=_pool(d.get("pool") or d.get("both") or {}, "pool"))
+            return ServingPlan("agg", pool=_pool(d.get("pool") or d.get("both") or {}, "pool"), **spec)
         if mode == "disagg":
             return ServingPlan("disagg", prefill=_pool(d.get("prefill") or {}, "prefill"),
-                               decode=_pool(d.get("decode") or {}, "decode"))
+                               decode=_pool(d.get("decode") or {}, "decode"), **spec)
         if mode == "seesaw":
             host = d.get("host_kv_bytes_per_gpu")
             return ServingPlan("seesaw", prefill=_pool(d.get("prefill") or {}, "prefill"),
                                decode=_pool(d.get("decode") or {}, "decode"),
-                               **({} if host is None else {"host_kv_bytes_per_gpu": host}))
+                               **({} if host is None else {"host_kv_bytes_per_gpu": host}), **spec)
         return ServingPlan(mode)
     except ServingInputError as exc:
         raise UserError(str(exc).replace("plan.", "serving.plan.", 1)) from None
@@ -305,11 +308,12 @@ def run_serving_sim(cfg) -> dict:
     else:
         con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
     out = run_dir()
+    spec = plan.runtime_for(scfg.runtime_profile())  # a searched plan's own speculative decoding
     payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus,
                "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate,
                            "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
-                           "osl": cfg.serving.osl, "slo": slo, "spec_tokens": scfg.spec_tokens,
-                           "spec_accept": list(scfg.runtime_profile().spec_accept[:scfg.spec_tokens])},
+                           "osl": cfg.serving.osl, "slo": slo, "spec_tokens": spec.spec_tokens,
+                           "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
                "result": result.to_dict()}
     atomic_write_json(out / "result.json", payload)
     con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote result.json into run dir: {out}")

@@ -215,7 +215,8 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
                    runtime: RuntimeProfile | str | None = None, isl: int = 4096,
                    kv_precision: str | None = None) -> LaunchConfig:
     """The launch of ``plan`` on ``target`` (one of :data:`SERVING_TARGETS`); token budgets and the
-    memory fraction come from ``runtime`` (default: the target's own profile); the KV cache's type is
+    memory fraction come from ``runtime`` (default: the target's own profile), speculative decoding from the
+    plan where it sets it, else from ``runtime``; the KV cache's type is
     ``kv_precision`` (``None``: as ``precision``, as ``Workload.kv_precision``)."""
     from . import model_source
 
@@ -225,6 +226,7 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
         raise ValueError("export: no released vLLM, SGLang or TensorRT-LLM re-shards a worker between a prefill "
                          "and a decode layout; a seesaw plan has no launch configuration")
     runtime = get_runtime(runtime or target) if not isinstance(runtime, RuntimeProfile) else runtime
+    runtime = plan.runtime_for(runtime)  # a searched plan's speculative decoding
     path = model_path or model_source(model) or model.name
     out = LaunchConfig(target)
     dtypes = (precision, kv_precision)

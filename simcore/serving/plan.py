@@ -98,10 +98,16 @@ class ServingPlan:
     prefill: Pool | None = None
     decode: Pool | None = None
     host_kv_bytes_per_gpu: float = HOST_KV_BYTES_PER_GPU  # seesaw only
+    #: speculative decoding's draft tokens per step on the decoding workers (0: off); ``None``: the
+    #: runtime profile's own (``serving.spec_tokens``). A planner that searches it sets it.
+    spec_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ServingInputError(f"plan.mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        k = self.spec_tokens
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ServingInputError(f"plan.spec_tokens must be an integer >= 0, got {k!r}")
         if self.mode == "agg" and self.pool is None:
             raise ServingInputError("plan.pool: an aggregated plan needs a pool")
         if self.mode == "disagg" and (self.prefill is None or self.decode is None):
@@ -150,16 +156,23 @@ class ServingPlan:
         return sum(p.gpus for _, p in self.pools)
 
     def describe(self) -> str:
+        spec = "" if self.spec_tokens is None else f", spec {self.spec_tokens}"
         if self.mode == "agg":
-            return f"agg {self.pool.describe()}"
+            return f"agg {self.pool.describe()}{spec}"
         if self.mode == "seesaw":
             p, d = self.prefill.strategy, self.decode.strategy
             return (f"seesaw {self.prefill.workers}x(P tp{p.tp} ep{p.ep} pp{p.pp} <-> D tp{d.tp} ep{d.ep} pp{d.pp}, "
-                    f"seqs {self.prefill.max_num_seqs})")
-        return f"disagg P {self.prefill.describe()} + D {self.decode.describe()}"
+                    f"seqs {self.prefill.max_num_seqs}){spec}")
+        return f"disagg P {self.prefill.describe()} + D {self.decode.describe()}{spec}"
+
+    def runtime_for(self, runtime):
+        """``runtime`` (a :class:`~simcore.serving.RuntimeProfile`) with this plan's speculative decoding."""
+        return runtime if self.spec_tokens is None else runtime.with_overrides(spec_tokens=self.spec_tokens)
 
     def to_dict(self) -> dict:
         out = {"mode": self.mode, "gpus": self.gpus} | {role: p.to_dict() for role, p in self.pools}
         if self.mode == "seesaw":
             out["host_kv_bytes_per_gpu"] = self.host_kv_bytes_per_gpu
+        if self.spec_tokens is not None:
+            out["spec_tokens"] = self.spec_tokens
         return out

@@ -256,7 +256,7 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
     import time
 
     start = time.perf_counter()
-    runtime = runtime or cfg.runtime_profile()
+    runtime = plan.runtime_for(runtime or cfg.runtime_profile())
     rng = np.random.default_rng(cfg.seed)
     specs = _requests(cfg, rng)
     env = simpy.Environment()
