@@ -124,3 +124,4 @@ def test_search_writes_the_draft_count_and_sim_replays_it(tmp_path):
     bad = app("search", "serving.search.spec_tokens=[9]", f"hydra.run.dir={tmp_path / 'bad'}")
     assert bad.returncode == 2 and "serving.search.spec_tokens" in bad.stderr
     assert bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert not (tmp_path / "bad" / "serving_sims.pkl").exists()  # refused before the journal is opened

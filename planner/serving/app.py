@@ -49,23 +49,29 @@ from .pareto import (
 )
 from .space import ServingSpace
 
-__all__ = ["run_serving_search", "search_plans"]
+__all__ = ["run_serving_search", "search_plans", "serving_space"]
 
 
-def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=None, stop=None, journal=None
-                 ) -> tuple[ServingEvaluator, dict]:
-    """Run ``method`` on the space ``search`` (a ``serving.search`` node) describes; returns the
-    evaluator (every simulated plan) and what the method reports. ``journal`` keeps (and, resumed,
-    replays) the simulations."""
+def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
+    """The plan space ``search`` (a ``serving.search`` node) describes, after checking ``method`` and the
+    budget: bad values are one-line errors naming the field, raised before anything is written."""
     if method not in METHODS:
         raise UserError(f"planner.name: {method!r} is not a serving method; choose one of {', '.join(METHODS)}")
     if int(search.budget) < 1:
         raise UserError(f"serving.search.budget must be >= 1, got {search.budget}")
-    runtime = scfg.runtime_profile()
     longest = int(scfg.input_len.mean + scfg.output_len.mean)
-    space = ServingSpace(ctx, runtime, max_len=longest, tp=search.tp, ep=search.ep, pp=tuple(search.pp),
-                         max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),
-                         spec_tokens=None if search.get("spec_tokens") is None else list(search.spec_tokens))
+    return ServingSpace(ctx, scfg.runtime_profile(), max_len=longest, tp=search.tp, ep=search.ep,
+                        pp=tuple(search.pp), max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),
+                        spec_tokens=None if search.get("spec_tokens") is None else list(search.spec_tokens))
+
+
+def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=None, stop=None, journal=None,
+                 space: ServingSpace | None = None) -> tuple[ServingEvaluator, dict]:
+    """Run ``method`` on the space ``search`` (a ``serving.search`` node) describes (``space``: that space,
+    built already by :func:`serving_space`); returns the evaluator (every simulated plan) and what the
+    method reports. ``journal`` keeps (and, resumed, replays) the simulations."""
+    space = space or serving_space(ctx, scfg, search, method)
+    runtime = scfg.runtime_profile()
     ev = ServingEvaluator(ctx, space, scfg, int(search.budget), graph=graph, runtime=runtime,
                           max_proposals=int(search.max_proposals) * int(search.budget), journal=journal)
     info = run_method(method, ev, method_config(pcfg), seed, stop=stop, exact_limit=int(search.exact_limit))
@@ -115,11 +121,12 @@ def run_serving_search(cfg) -> dict:
     resume_dir = cfg.get("resume")
     out = Path(resume_dir) if resume_dir else run_dir()
     config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
+    space = serving_space(ctx, scfg, search, method)  # bad input stops here, before the journal is opened
     journal = SimJournal(out, config, resume=bool(resume_dir))
     try:
         with StopRequest() as stop:
             ev, info = search_plans(ctx, scfg, search, method, seed, graph=graph, pcfg=cfg.planner, stop=stop,
-                                    journal=journal)
+                                    journal=journal, space=space)
             if stop() and not ev.done:  # stopped before the budget was spent: the journal holds the rest
                 exc = SearchInterrupted(ev.sims, out)
                 exc.signal, exc.unit = stop.signal, "simulation(s)"
