@@ -48,9 +48,11 @@ def test_a_searched_draft_count_is_a_head_and_each_plan_carries_its_own():
         assert (space.action_of(space.plan(a)) == a).all()
     # the Megatron-style warm start keeps the runtime's own (no speculation in profile vllm)
     assert {space.plan(a).spec_tokens for a in space.megatron()} == {0}
-    # not searched: one value, the runtime's, and plans leave it to the runtime
+    # not searched: no head (the space, so every seeded search, is the one without it), plans leave it
+    # to the runtime
     _, _, plain = _case(spec=None)
-    assert plain.heads[-1].values == (0,) and {plain.plan(a).spec_tokens for a in plain.enumerate()} == {None}
+    assert plain.heads[-1].name == "max_num_seqs" and plain.num_heads == 10
+    assert {plain.plan(a).spec_tokens for a in plain.enumerate()} == {None}
 
 
 def test_a_plan_with_a_draft_count_simulates_as_the_runtime_with_it():

@@ -3,15 +3,15 @@ speculative decoding's draft tokens.
 
 One proposal is one vector of head indices::
 
-    mode, a.tp, a.ep, a.pp, a.workers, b.tp, b.ep, b.pp, b.workers, max_num_seqs, spec_tokens
+    mode, a.tp, a.ep, a.pp, a.workers, b.tp, b.ep, b.pp, b.workers, max_num_seqs[, spec_tokens]
 
 Pool ``a`` is the aggregated pool (``mode`` agg) or the prefill pool (disagg); pool ``b`` the decode
 pool. The prefill:decode worker ratio is ``a.workers : b.workers``. ``max_num_seqs`` caps the running
 sequences of every worker (a prefill worker's are bounded by the step's token budget first).
-``spec_tokens`` is the draft tokens per decode step (0: no speculation; :mod:`simcore.serving.speculative`);
-searched when ``spec_tokens`` values are given (``serving.search.spec_tokens``), then each plan carries
-its own (:attr:`simcore.serving.ServingPlan.spec_tokens`); otherwise the head holds the runtime's one value
-and plans leave it to the runtime.
+``spec_tokens`` is the draft tokens per decode step (0: no speculation; :mod:`simcore.serving.speculative`),
+a head only when its values are given (``serving.search.spec_tokens``): then each plan carries its own
+(:attr:`simcore.serving.ServingPlan.spec_tokens`); otherwise plans leave it to the runtime, and the space
+(so every method's proposals, seed for seed) is what it was before the head existed.
 
 Masks are conditional, head by head (as in :mod:`planner.actions`): a worker layout ``(tp, ep, pp)`` must
 pass the structural checks of :func:`simcore.memory.structural_reasons` (heads and features divide,
@@ -46,6 +46,7 @@ from ..actions import ActionSpace, Head
 
 __all__ = ["ServingSpace", "HEADS", "WORKER_COUNTS"]
 
+#: the heads in order; ``spec_tokens`` only when the draft count is searched
 HEADS = ("mode", "a.tp", "a.ep", "a.pp", "a.workers", "b.tp", "b.ep", "b.pp", "b.workers", "max_num_seqs",
          "spec_tokens")
 MODE_VALUES = ("agg", "disagg")
@@ -85,8 +86,9 @@ class ServingSpace(ActionSpace):
                       Head("a.tp", tuple(degree[0])), Head("a.ep", tuple(degree[1])), Head("a.pp", tuple(degree[2])),
                       Head("a.workers", counts),
                       Head("b.tp", tuple(degree[0])), Head("b.ep", tuple(degree[1])), Head("b.pp", tuple(degree[2])),
-                      Head("b.workers", counts), Head("max_num_seqs", tuple(int(s) for s in max_num_seqs)),
-                      Head("spec_tokens", spec))
+                      Head("b.workers", counts), Head("max_num_seqs", tuple(int(s) for s in max_num_seqs)))
+        if self.spec_searched:
+            self.heads += (Head("spec_tokens", spec),)
         self.degree_heads = self.heads
         self.sizes = np.array([h.size for h in self.heads], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
@@ -198,7 +200,8 @@ class ServingSpace(ActionSpace):
         if plan.mode == "agg":
             row += [0, 0, 0, 0]
         row.append(idx(9, pools[-1].max_num_seqs))
-        row.append(idx(10, self.runtime.spec_tokens if plan.spec_tokens is None else plan.spec_tokens))
+        if self.spec_searched:
+            row.append(idx(10, self.runtime.spec_tokens if plan.spec_tokens is None else plan.spec_tokens))
         return np.array(row, dtype=np.int64)
 
     def enumerate(self) -> np.ndarray:
@@ -233,7 +236,7 @@ class ServingSpace(ActionSpace):
         gpus = lay[0] * lay[1] * lay[2]
         workers = max(w for w in self.heads[4].values if w * gpus <= self.num_gpus)
         rows = []
-        values = self.heads[10].values
+        values = self.heads[10].values if self.spec_searched else (self.runtime.spec_tokens,)
         spec = self.runtime.spec_tokens if self.runtime.spec_tokens in values else values[0]
         for s in self.heads[9].values:
             plan = ServingPlan("agg", pool=Pool(runtime_strategy(tp=lay[0], ep=lay[1], pp=lay[2]), workers, s),
