@@ -40,3 +40,40 @@ def test_a_host_bound_attention_dp_worker_pays_one_groups_host_per_step():
         assert result.feasible
         tpot.append(result.metrics.tpot_s["mean"])
     assert tpot[1] - tpot[0] == pytest.approx(4e-3, rel=0.02)
+
+
+def _deepseek_step(runtime, chunks, decodes, model="deepseek-v3"):
+    from simcore.serving import GroupBatch, StepCost
+
+    ctx = CostContext(get_model(model), Workload(precision="fp8"), Cluster.simple("h200", 8))
+    cost = StepCost(ctx, runtime_strategy(tp=8), runtime)
+    batch = GroupBatch.of(chunks, decodes, len(decodes) + bool(chunks), 1)
+    return cost, sum(cost.gpu_times([batch], runtime))
+
+
+def test_an_eager_moe_forward_is_host_bound_at_its_published_time():
+    """SGLang PR #12160: DeepSeek-V3 at TP 8 prefilled one new token in 82.6 ms eager (23.1 ms in a CUDA
+    graph). The eager floor (the lowering's launches plus eager_moe_layer_s per MoE layer) gives it back."""
+    rt = get_runtime("sglang")
+    cost, eager = _deepseek_step(rt, [(1, 6)], [])
+    assert eager == pytest.approx(82.6e-3, rel=0.01)
+    assert sum(cost.moe_layers) == 58
+    # the same step with the constant off is the GPU's time, far below
+    _, plain = _deepseek_step(rt.with_overrides(eager_moe_layer_s=0.0), [(1, 6)], [])
+    assert plain < 0.3 * eager
+
+
+def test_the_eager_moe_floor_spares_graphs_dense_models_and_vllm():
+    rt = get_runtime("trtllm")
+    on, off = rt, rt.with_overrides(eager_moe_layer_s=0.0)
+    # a decode step replays a CUDA graph: no eager floor
+    assert _deepseek_step(on, [], [1000] * 8)[1] == _deepseek_step(off, [], [1000] * 8)[1]
+    # a dense model has no MoE layer to pay it
+    assert _deepseek_step(on, [(1024, 0)], [], "llama-3.1-70b")[1] == \
+        _deepseek_step(off, [(1024, 0)], [], "llama-3.1-70b")[1]
+    # vLLM runs its large steps through torch.compile's code, not Python modules (runtime.py)
+    assert get_runtime("vllm").eager_moe_layer_s == 0.0 and get_runtime("vllm-sync").eager_moe_layer_s == 0.0
+    # and an MoE prompt step on TensorRT-LLM pays it: at least 58 x 1.3 ms
+    assert _deepseek_step(on, [(1024, 0)], [])[1] >= 58 * on.eager_moe_layer_s
+    with pytest.raises(ValueError, match="eager_moe_layer_s"):
+        rt.with_overrides(eager_moe_layer_s=-1.0)

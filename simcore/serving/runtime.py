@@ -37,6 +37,16 @@ A profile holds few physical numbers, each with its source:
 - ``max_num_batched_tokens``: the token budget of one step (vLLM 8192 for the OpenAI server on
   >= 70 GiB GPUs; SGLang ``chunked_prefill_size`` 8192 on H100/H200; TensorRT-LLM ``max_num_tokens``
   8192 in its serving defaults).
+- ``eager_moe_layer_s``: host time an MoE decoder layer adds to a step that runs eagerly (outside CUDA
+  graphs), beyond the ``launch_s`` of the kernels the lowering counts: the framework ops (routing,
+  token sorting, per-token quantization, the fused-MoE launch wrappers, MLA's absorbed projections) a
+  Python eager forward dispatches. From SGLang PR sgl-project/sglang#12160 (DeepSeek-V3, TP 8): a prefill
+  of one new token took 82.6 ms eager and 23.1 ms replayed in a CUDA graph, so the eager forward is
+  host-bound at 82.6 ms; the lowering's launches give 7.3 ms for it (727 x 10 us), so its 58 MoE layers
+  add (82.6 - 7.3) / 58 = 1.30 ms each. SGLang and TensorRT-LLM (PyTorch backend, no ``torch.compile``
+  by default) run every prompt step eagerly in Python modules; vLLM runs its steps above the capture size
+  through ``torch.compile``'s generated code, not module-by-module Python, so it keeps 0. Not fitted on
+  the serving sample.
 - ``request_s``: the time between a client sending a request and the scheduler seeing it, plus the
   first token's way back, that no GPU step covers: the HTTP server, tokenization and the hand-off to
   the scheduler process (vLLM's API server and engine core, SGLang's tokenizer manager, TensorRT-LLM's
@@ -139,6 +149,8 @@ MOE_A2A_BACKENDS = ("none", "deepep")
 #: add), 14.5 us (``F.linear``, through cuBLAS) per op back to back; 10 us is the median path. It was
 #: 6 us, from PyTorch's "CUDA graphs" blog (2021: 5-10 us) before the measurement.
 EAGER_LAUNCH_S = 10.0e-6
+#: host time an MoE layer adds to an eager step in SGLang and TensorRT-LLM (module doc, ``eager_moe_layer_s``)
+EAGER_MOE_LAYER_S = 1.30e-3
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,7 @@ class RuntimeProfile:
     moe_fp8_at_bf16_rate: bool = False
     moe_memory_efficiency: float = 1.0
     moe_layer_s: float = 0.0
+    eager_moe_layer_s: float = 0.0
     moe_a2a_backend: str = "none"
     spec_tokens: int = 0
     spec_accept: tuple[float, ...] = DEFAULT_ACCEPT
@@ -183,7 +196,8 @@ class RuntimeProfile:
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-        for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s", "moe_layer_s"):
+        for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s", "moe_layer_s",
+                  "eager_moe_layer_s"):
             if getattr(self, f) < 0:
                 raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")
         if not isinstance(self.moe_fp8_at_bf16_rate, bool):
@@ -311,6 +325,10 @@ class RuntimeProfile:
 # request path stay: on its 39 MoE fit rows 0.5 and 180 ms would score TTFT 0.176 against 0.188, but its two
 # clients disagree (DeepSeek-V3's InferenceX rows 0.104 -> 0.056, Qwen3-235B's aiconfigurator sweeps 0.240 ->
 # 0.327), and Triton's published fused_moe timings give 0.24-0.35.
+# With eager_moe_layer_s (from SGLang's published log, not fitted here), SGLang's request path was fitted
+# again (`python -m validation.fit_serving --only-request --runtimes sglang`, 2 min): 130 ms still best
+# (median |log error| of TTFT 0.132 on its 15 rows); TensorRT-LLM's and vLLM's were fitted on dense
+# Llama-70B rows, which it does not touch.
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
@@ -323,7 +341,7 @@ _SGLANG = RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=Tr
                          kv_block_tokens=1, mem_fraction=None, mem_fraction_static=True,
                          step_host_per_seq_s=40e-6, custom_ar_s=6e-6,
                          request_s=130e-3, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
-                         moe_layer_s=75e-6)
+                         moe_layer_s=75e-6, eager_moe_layer_s=EAGER_MOE_LAYER_S)
 
 RUNTIMES: dict[str, RuntimeProfile] = {
     "vllm": dataclasses.replace(_VLLM_SYNC, name="vllm", overlap_host=True),
@@ -335,7 +353,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
                              request_s=30e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70,
-                             moe_memory_efficiency=0.85, moe_layer_s=125e-6),
+                             moe_memory_efficiency=0.85, moe_layer_s=125e-6, eager_moe_layer_s=EAGER_MOE_LAYER_S),
 }
 
 

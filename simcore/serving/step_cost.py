@@ -271,7 +271,8 @@ class StepCost:
 
         Replaying a CUDA graph, each compute kernel costs ``runtime.graph_kernel_s`` of fixed time
         instead of an isolated kernel's ``GpuSpec.kernel_overhead_s``; outside one, the GPU waits for the
-        host to launch each kernel, so a stage takes at least its launches times ``runtime.launch_s``."""
+        host to launch each kernel, so a step takes at least its launches times ``runtime.launch_s`` plus
+        ``runtime.eager_moe_layer_s`` per MoE layer (the framework ops an eager MoE layer dispatches)."""
         times, launches, tokens, compute = self.stage_times(groups)
         # vLLM captures graphs by the step's tokens; SGLang and TensorRT-LLM by its sequences (batch size),
         # which differ only under speculative decoding (each sequence runs 1 + drafts tokens)
@@ -279,7 +280,7 @@ class StepCost:
         if runtime.uses_graph(key, any(g.chunks for g in groups)):
             saved = self.gpu.kernel_overhead_s - runtime.graph_kernel_s
             return [t - n * saved for t, n in zip(times, compute, strict=True)]
-        floor = launches * runtime.launch_s
+        floor = launches * runtime.launch_s + sum(self.moe_layers) * runtime.eager_moe_layer_s
         total = sum(times)
         if 0 < total < floor:
             return [t * floor / total for t in times]
