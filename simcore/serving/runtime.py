@@ -328,7 +328,11 @@ class RuntimeProfile:
 # With eager_moe_layer_s (from SGLang's published log, not fitted here), SGLang's request path was fitted
 # again (`python -m validation.fit_serving --only-request --runtimes sglang`, 2 min): 130 ms still best
 # (median |log error| of TTFT 0.132 on its 15 rows); TensorRT-LLM's and vLLM's were fitted on dense
-# Llama-70B rows, which it does not touch.
+# Llama-70B rows, which it does not touch. TensorRT-LLM's MoE block then refitted on its 32 DeepSeek rows that
+# are not MTP runs (the 30 DeepSeek-V3 rows and DeepSeek-R1's two of 2026-01-28; README), scratch grid of 13
+# points through the study's simulate_case: HBM efficiency 0.85 -> 1.0 at 125 us per layer (median |TPOT error|
+# 5.3% -> 1.4%; 0.95 / 125 us 2.1%, 1.0 / 110 us 5.3%, 1.0 / 140 us 4.1%, 0.85 / 100 us 4.5%); on all 57 non-MTP
+# DeepSeek TensorRT-LLM fit rows, disaggregated ones included, 5.2% -> 3.5% (full study, README).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
@@ -353,7 +357,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
                              request_s=30e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70,
-                             moe_memory_efficiency=0.85, moe_layer_s=125e-6, eager_moe_layer_s=EAGER_MOE_LAYER_S),
+                             moe_memory_efficiency=1.0, moe_layer_s=125e-6, eager_moe_layer_s=EAGER_MOE_LAYER_S),
 }
 
 
