@@ -180,3 +180,51 @@ def test_sglang_deepep_prices_deepgemm_grouped_gemms_at_their_published_dense_ra
     assert deepep.mem_fraction == 0.8 and sglang.mem_fraction is None  # the DeepEP launches' static fraction
     assert dataclasses.replace(deepep, name="sglang", moe_gemm_efficiency=sglang.moe_gemm_efficiency,
                                moe_fp8_at_bf16_rate=True, moe_a2a_backend="none", mem_fraction=None) == sglang
+
+
+def _decode_rows_priced_at(efficiency: float, fixed_s: float) -> list[dict]:
+    """The shipped decode-size fused_moe rows with their times replaced by the model's at one grid point."""
+    runtime = get_runtime("vllm").with_overrides(moe_memory_efficiency=efficiency, moe_layer_s=fixed_s)
+    loaded = {r["line"]: r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] <= 64}
+    raw = list(csv.DictReader(fit_moe_kernels._DATA.open()))
+    return [dict(raw[line - 2], time_us=f"{fit_moe_kernels.decode_call_s(r, runtime) * 1e6:.6f}")
+            for line, r in loaded.items()]
+
+
+def _write(path, rows) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_the_decode_fit_recovers_the_constants_that_priced_its_rows(tmp_path):
+    path = tmp_path / "decode.csv"
+    _write(path, _decode_rows_priced_at(0.7, 30e-6))
+    result = fit_moe_kernels.main(["--decode", "--data", str(path)])
+    assert (result["moe_memory_efficiency"], result["moe_layer_s"]) == (0.7, pytest.approx(30e-6))
+    assert result["median_abs_log_error"] < 1e-6
+    assert result["shipped"]["vllm"]["median_abs_log_error"] > 0.01  # the serving fit's values are another point
+
+
+def test_the_decode_fit_takes_only_decode_rows_refuses_test_rows_and_names_a_bad_flag(tmp_path):
+    path = tmp_path / "decode.csv"
+    rows = _decode_rows_priced_at(1.0, 20e-6)
+    _write(path, [dict(rows[0], split="test"), *rows[1:]])
+    with pytest.raises(SystemExit, match="test row"):
+        fit_moe_kernels.main(["--decode", "--data", str(path)])
+    with pytest.raises(SystemExit, match="no usable fused_moe row with at most 0 tokens"):
+        fit_moe_kernels.main(["--decode", "--data", str(path), "--max-tokens", "0", "--no-fit"])
+    with pytest.raises(SystemExit, match="--decode"):
+        fit_moe_kernels.main(["--decode", "--runtime", "trtllm"])
+
+
+def test_the_decode_price_of_a_call_is_the_lowerings_expert_gemms_plus_the_fixed_time():
+    row = next(r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] == 4)
+    base = get_runtime("vllm").with_overrides(moe_memory_efficiency=1.0, moe_layer_s=0.0)
+    gemms = fit_moe_kernels.decode_call_s(row, base)
+    assert gemms == pytest.approx(fit_moe_kernels.fused_moe_s(row["gpu_spec"], 4, row["E"], row["N"], row["hidden_K"],
+                                                              row["topk"], row["precision"], base.moe_gemm_efficiency))
+    assert fit_moe_kernels.decode_call_s(row, base.with_overrides(moe_layer_s=25e-6)) == pytest.approx(gemms + 25e-6)
+    halved = fit_moe_kernels.decode_call_s(row, base.with_overrides(moe_memory_efficiency=0.5))
+    assert 1.5 * gemms < halved <= 2.0 * gemms  # weight reads dominate a 4-token call

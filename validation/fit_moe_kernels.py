@@ -1,6 +1,7 @@
 """Fit the serving runtimes' grouped expert-GEMM efficiency on timings of their MoE kernels.
 
-``python -m validation.fit_moe_kernels [--runtime vllm|trtllm] [--data CSV] [--min-tokens N] [--no-fit]``
+``python -m validation.fit_moe_kernels [--runtime vllm|trtllm] [--data CSV] [--min-tokens N] [--no-fit]
+[--decode [--max-tokens N]]``
 
 ``--runtime vllm`` (the default; SGLang shares the value): vLLM and SGLang run a MoE layer's experts on
 Hopper through Triton's ``fused_moe``: tokens sorted by expert and padded to ``BLOCK_SIZE_M`` per expert,
@@ -29,6 +30,16 @@ The one parameter fitted is ``RuntimeProfile.moe_gemm_efficiency``: the tensor-c
 grouped kernels on their useful work as a share of a dense GEMM's ``GpuSpec.gemm_efficiency``, chosen on
 a grid to minimise the median ``|log(model / measured)|`` (below the token threshold the kernels are
 memory-bound and do not depend on it).
+
+``--decode`` (Triton ``fused_moe`` rows at decode sizes, ``M <= --max-tokens``, 64 by default): the
+two constants of the runtimes' MoE block at decode sizes, ``RuntimeProfile.moe_memory_efficiency`` (the
+grouped kernels' HBM bandwidth on the active experts' weights, a share of a dense GEMM's) and
+``moe_layer_s`` (the call's fixed time: routing, alignment, activation, sum, the grids' ramp), fitted
+jointly on :data:`GRID_DECODE_EFFICIENCY` x :data:`GRID_DECODE_FIXED_S` on these kernel timings alone,
+each call priced as the lowering prices one MoE layer's experts plus that fixed time. The serving
+profiles fitted the same two constants on serving rows (``python -m validation.fit_serving --moe``);
+this prints how the shipped vLLM and SGLang values score on the kernels, so the two sources can be
+compared. It sets nothing.
 
 Rows used for ``vllm``: H100 and H200, ``kernel`` a Triton ``fused_moe``, and a kernel config the source
 states: ``config_kind`` neither ``superseded`` (a default heuristic the same pull request replaced) nor
@@ -61,6 +72,8 @@ __all__ = ["main", "fused_moe_s", "grouped_gemm_s", "load_rows", "load_grouped_r
 _DATA = Path(__file__).resolve().parent / "data" / "kernels_fused_moe_published.csv"
 _GROUPED_DATA = Path(__file__).resolve().parent / "data" / "kernels_h100_moe_measured.csv"
 GRID = tuple(round(0.2 + 0.05 * i, 2) for i in range(17))  # 0.20 .. 1.00
+GRID_DECODE_EFFICIENCY = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.35)
+GRID_DECODE_FIXED_S = tuple(i * 5e-6 for i in range(17))  # 0 .. 80 us
 _GPUS = {"H100": "h100-sxm", "H200": "h200"}
 _UNIT_S = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 
@@ -70,14 +83,25 @@ def _rate(runtime: str, gpu, precision: str, efficiency: float) -> float | None:
 
 
 def fused_moe_s(gpu, tokens: int, experts: int, n: int, k: int, topk: int, precision: str,
-                moe_gemm_efficiency: float = 1.0) -> float:
-    """Modelled seconds of one ``fused_moe`` call (module doc), priced as the lowering prices experts."""
-    rate = _rate("vllm", gpu, precision, moe_gemm_efficiency)
+                moe_gemm_efficiency: float = 1.0, moe_memory_efficiency: float = 1.0) -> float:
+    """Modelled seconds of one ``fused_moe`` call's expert GEMMs (module doc), priced as the lowering
+    prices experts, at the runtime's tensor-core rate and HBM bandwidth shares."""
+    runtime = get_runtime("vllm").with_overrides(moe_gemm_efficiency=moe_gemm_efficiency,
+                                                 moe_memory_efficiency=moe_memory_efficiency)
+    rate, bandwidth = runtime.expert_flops_per_s(gpu, precision), runtime.expert_bytes_per_s(gpu)
     p_active, per_expert = routed_experts(tokens * topk, experts)
     active = experts * p_active
-    gate_up = expert_gemm_s(per_expert, 2 * n, k, active, gpu, precision, flops_per_s=rate)
-    down = expert_gemm_s(per_expert, k, n, active, gpu, precision, flops_per_s=rate)
+    gate_up = expert_gemm_s(per_expert, 2 * n, k, active, gpu, precision, flops_per_s=rate, bytes_per_s=bandwidth)
+    down = expert_gemm_s(per_expert, k, n, active, gpu, precision, flops_per_s=rate, bytes_per_s=bandwidth)
     return float(gate_up + down)
+
+
+def decode_call_s(r: dict, runtime) -> float:
+    """Modelled seconds of a decode-size ``fused_moe`` row under ``runtime``'s MoE block: its expert
+    GEMMs (:func:`fused_moe_s`) plus its fixed time per MoE layer (``moe_layer_s``)."""
+    return runtime.moe_layer_s + fused_moe_s(r["gpu_spec"], r["M_tokens"], r["E"], r["N"], r["hidden_K"], r["topk"],
+                                             r["precision"], runtime.moe_gemm_efficiency,
+                                             runtime.moe_memory_efficiency)
 
 
 def grouped_gemm_s(gpu, b: int, m: int, n: int, k: int, precision: str, moe_gemm_efficiency: float = 1.0) -> float:
@@ -161,6 +185,49 @@ def _median_abs(errors: list[float]) -> float:
     return float(np.median(np.abs(errors))) if errors else math.nan
 
 
+def fit_decode(rows: list[dict]) -> dict:
+    """The decode fit (module doc) on ``rows`` (:func:`load_rows`'s): the grid point with the least median
+    ``|log(model / measured)|``, and how each shipped Triton profile scores."""
+    base = get_runtime("vllm")
+
+    def score(efficiency: float, fixed_s: float) -> float:
+        runtime = base.with_overrides(moe_memory_efficiency=efficiency, moe_layer_s=fixed_s)
+        return _median_abs([math.log(decode_call_s(r, runtime) / r["seconds"]) for r in rows])
+
+    scores = {(e, f): score(e, f) for e in GRID_DECODE_EFFICIENCY for f in GRID_DECODE_FIXED_S}
+    efficiency, fixed_s = min(scores, key=scores.get)
+    shipped = {name: {"moe_memory_efficiency": get_runtime(name).moe_memory_efficiency,
+                      "moe_layer_s": get_runtime(name).moe_layer_s,
+                      "median_abs_log_error": score(get_runtime(name).moe_memory_efficiency,
+                                                    get_runtime(name).moe_layer_s)}
+               for name in ("vllm", "sglang")}
+    return {"moe_memory_efficiency": efficiency, "moe_layer_s": fixed_s, "median_abs_log_error": scores[efficiency,
+            fixed_s], "rows": len(rows), "sources": len({r["source_url"] for r in rows}), "shipped": shipped}
+
+
+def _main_decode(data: Path, max_tokens: int, no_fit: bool) -> dict:
+    rows = [r for r in load_rows(data) if r["tokens"] <= max_tokens]
+    if not rows:
+        raise SystemExit(f"error: --data {data}: no usable fused_moe row with at most {max_tokens} tokens")
+    if not no_fit:
+        refuse_test_rows(rows, data)
+    result = fit_decode(rows)
+    best = get_runtime("vllm").with_overrides(moe_memory_efficiency=result["moe_memory_efficiency"],
+                                              moe_layer_s=result["moe_layer_s"])
+    for r in rows:
+        print(f"line {r['line']:4d} {_describe(r)}  measured {r['seconds'] * 1e6:8.1f} us  "
+              f"model {decode_call_s(r, best) * 1e6:8.1f} us")
+    print(f"decode: {len(rows)} rows (<= {max_tokens} tokens, {result['sources']} sources): moe_memory_efficiency "
+          f"{result['moe_memory_efficiency']:.2f}, moe_layer_s {result['moe_layer_s'] * 1e6:.0f} us, median |log "
+          f"error| {result['median_abs_log_error']:.3f}")
+    for name, s in result["shipped"].items():
+        print(f"  shipped {name:6s} ({s['moe_memory_efficiency']:.2f}, {s['moe_layer_s'] * 1e6:.0f} us, fitted on "
+              f"serving rows): median |log error| {s['median_abs_log_error']:.3f}")
+    result |= {"mode": "decode", "max_tokens": max_tokens}
+    print(json.dumps(result))
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", choices=sorted(_SOURCES), default="vllm",
@@ -169,7 +236,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--min-tokens", type=int, default=None,
                         help="rows with at least this many tokens (per call for vllm, per expert for trtllm)")
     parser.add_argument("--no-fit", action="store_true", help="score the shipped value, fit nothing")
+    parser.add_argument("--decode", action="store_true",
+                        help="fit the MoE block at decode sizes on the fused_moe rows (module doc)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="with --decode: rows with at most this many tokens")
     args = parser.parse_args(argv)
+    if args.decode:
+        if args.runtime != "vllm":
+            raise SystemExit("error: --decode: the decode fit reads Triton fused_moe rows (--runtime vllm)")
+        return _main_decode(args.data or _DATA, args.max_tokens, args.no_fit)
     default_data, load, default_min, model_s = _SOURCES[args.runtime]
     data = args.data or default_data
     min_tokens = default_min if args.min_tokens is None else args.min_tokens

@@ -1,0 +1,53 @@
+"""validation.score_serving: runtime values scored on serving rows as the study scores them."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from validation import score_serving
+from validation.studies.serving import load_cases, simulate_case
+
+_DATA = score_serving._DATA
+
+
+def _rows(tmp_path, n=2):
+    rows = [r for r in csv.DictReader(_DATA.open()) if r["backend"] == "trtllm" and "Llama-3.1-70B" in r["model_path"]
+            and r["isl"] == "1024" and r["osl"] == "1024" and r["tp_size"] == "8"][:n]
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path):
+    path = _rows(tmp_path)
+    result = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1",
+                                 "--set", "step_host_s=0.03"])
+    shipped, slow = result["groups"]
+    cases = [c for c in load_cases(path) if not c.skip]
+    errs = sorted(simulate_case(c)[1] * 1e3 / float(c.row["silicon_tpot_ms"]) - 1 for c in cases)
+    assert shipped["set"] == {} and shipped["simulated"] == len(cases)
+    assert shipped["median_signed_tpot_error"] == pytest.approx(sum(errs[:2]) / 2 if len(errs) == 2 else errs[0])
+    assert slow["set"] == {"step_host_s": 0.03}
+    assert slow["median_signed_tpot_error"] > shipped["median_signed_tpot_error"] + 0.5  # a 30 ms host floor
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--set", "bogus=1"], "--set 'bogus=1'"),
+    (["--set", "moe_layer_s=abc"], "--set moe_layer_s"),
+    (["--set", "spec_accept=0.8"], "--set spec_accept"),
+    (["--set", "moe_layer_s=-1"], "moe_layer_s must be >= 0"),
+    (["--model", "no-such-model"], "--backend/--model"),
+    (["--data", "/no/such.csv"], "--data"),
+])
+def test_bad_input_is_one_named_line_and_exit_2(tmp_path, capsys, args, named):
+    argv = ["--backend", "trtllm", "--jobs", "1"] + (["--data", str(_rows(tmp_path, 1))] if "--data" not in args else [])
+    with pytest.raises(SystemExit) as exc:
+        score_serving.main(argv + args)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and named in err and "\n" not in err

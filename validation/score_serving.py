@@ -1,0 +1,123 @@
+"""Score runtime-profile values on measured serving rows, without the full study.
+
+``python -m validation.score_serving --backend vllm --model Qwen3-235B [--split fit] [--data CSV]
+[--jobs 2] [--set FIELD=VALUE ...] [--set ...]``: the rows of one ``backend`` whose ``model_path`` contains
+``--model`` (each measurement once, skipped rows left out, as the study counts them) are simulated as
+``shard-validate study=serving`` simulates them (:func:`validation.studies.serving.simulate_case`, the
+harness's launch flags included), once with the shipped profiles and once per ``--set`` group (a
+comma-separated list of ``RuntimeProfile`` fields, e.g. ``--set moe_memory_efficiency=1.0,moe_layer_s=20e-6``),
+each applied on top of the row's own profile. Prints the median |relative error| and the median signed
+error of TTFT and TPOT per group, then one JSON line.
+
+It is how a candidate constant is tried on the fit rows before any change (the decision rules in the
+README): ``--split fit`` is the default and its figures are in sample; ``--split test`` scores test rows
+and says so, for the outcome of a change already decided, never to choose one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from simcore.serving import get_runtime
+from simcore.serving.runtime import RuntimeProfile
+from validation.measure_moe import count
+from validation.split import split_label
+from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
+
+__all__ = ["main", "parse_set"]
+
+_DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
+_FIELDS = {f.name: f for f in dataclasses.fields(RuntimeProfile)}
+
+
+def _fail(message: str):
+    """Bad input: one line on stderr naming what is wrong, exit status 2 (as argparse's own errors)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_set(text: str) -> dict:
+    """``"a=1,b=2e-6"`` -> ``{"a": 1.0, "b": 2e-6}``; bad input is :func:`_fail`'s (exit 2)."""
+    out = {}
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in _FIELDS or name == "name":
+            _fail(f"--set {item!r}: not FIELD=VALUE with FIELD a runtime profile field")
+        kind = type(getattr(get_runtime("vllm"), name))
+        if kind not in (bool, int, float, str):
+            _fail(f"--set {name}: a {kind.__name__} field; only number, flag and name fields can be set here")
+        try:
+            out[name] = (value.strip().lower() in ("1", "true", "yes")) if kind is bool else kind(value)
+        except ValueError:
+            _fail(f"--set {name}: {value!r} is not a {kind.__name__}")
+    return out
+
+
+def _one(args):
+    case, overrides = args
+    return simulate_case(case, get_runtime(case.runtime).with_overrides(**overrides))
+
+
+def _summary(cases, results) -> dict:
+    errs = {"ttft": [], "tpot": []}
+    for case, (ttft, tpot, why) in zip(cases, results, strict=True):
+        if why:
+            continue
+        errs["ttft"].append(ttft * 1e3 / float(case.row["silicon_ttft_ms"]) - 1)
+        errs["tpot"].append(tpot * 1e3 / float(case.row["silicon_tpot_ms"]) - 1)
+    out = {"simulated": len(errs["ttft"])}
+    for key, e in errs.items():
+        out[f"median_abs_{key}_error"] = float(np.median(np.abs(e))) if e else math.nan
+        out[f"median_signed_{key}_error"] = float(np.median(e)) if e else math.nan
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", required=True, help="the rows' backend column (vllm, sglang, trtllm)")
+    parser.add_argument("--model", default="", help="substring of model_path (default: every model)")
+    parser.add_argument("--split", choices=("fit", "test"), default="fit")
+    parser.add_argument("--data", type=Path, default=_DATA)
+    parser.add_argument("--jobs", type=count, default=2, help="processes (>= 1)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]")
+    args = parser.parse_args(argv)
+    groups = [{}] + [parse_set(text) for text in args.sets]
+    if not args.data.is_file():
+        _fail(f"--data {args.data}: no such file")
+    cases = load_cases(args.data)
+    dup = duplicates(cases)
+    chosen = [c for c, d in zip(cases, dup, strict=True) if not c.skip and not d and split_of(c.row) == args.split
+              and c.row.get("backend", "").strip() == args.backend and args.model in c.row.get("model_path", "")]
+    if not chosen:
+        _fail(f"--backend/--model: no simulated {args.split} row with backend {args.backend!r} and a model_path "
+              f"containing {args.model!r} in {args.data}")
+    for overrides in groups[1:]:  # a value a profile refuses is named here, not in a worker
+        for runtime in sorted({c.runtime for c in chosen}):
+            try:
+                get_runtime(runtime).with_overrides(**overrides)
+            except ValueError as exc:
+                _fail(f"--set: {str(exc).splitlines()[0]}")
+    print(f"{args.backend} {args.model or '(every model)'}: {split_label(args.split, len(chosen))}")
+    result = {"backend": args.backend, "model": args.model, "split": args.split, "rows": len(chosen), "groups": []}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for overrides in groups:
+            summary = _summary(chosen, list(pool.map(_one, [(c, overrides) for c in chosen])))
+            result["groups"].append({"set": overrides, **summary})
+            print(f"  {json.dumps(overrides) if overrides else 'shipped':60s} TTFT {summary['median_abs_ttft_error']:6.1%} "
+                  f"({summary['median_signed_ttft_error']:+.1%})  TPOT {summary['median_abs_tpot_error']:6.1%} "
+                  f"({summary['median_signed_tpot_error']:+.1%})  [{summary['simulated']} simulated]")
+    print(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
