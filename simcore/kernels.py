@@ -114,7 +114,7 @@ def gemm_time_s(m: ArrayLike, n: ArrayLike, k: ArrayLike, gpu: GpuSpec, precisio
 
 
 def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, precision: str,
-                     decode: bool = False) -> np.ndarray:
+                     decode: bool = False, hbm_share: float | None = None) -> np.ndarray:
     """Time in s of one fused (FlashAttention-style) attention kernel: ``flops`` and ``size_bytes`` of HBM.
 
     ``max(flops / (peak_bf16 * attention_efficiency), size_bytes / (hbm * hbm_efficiency)) + overhead``.
@@ -124,11 +124,14 @@ def attention_time_s(flops: ArrayLike, size_bytes: ArrayLike, gpu: GpuSpec, prec
     ``decode`` (one query per sequence over a KV cache) adds :data:`DECODE_ATTENTION_FILL_S`: a decode
     kernel walks each sequence's KV blocks in a dependent chain (load K, score, softmax, load V) and
     merges the split-KV partial results, a fixed latency that small batches cannot hide.
+
+    ``hbm_share``: the share of peak HBM bandwidth this kernel reaches where it is known to differ from a
+    streaming kernel's ``hbm_efficiency`` (a timed kernel family, e.g. Gated DeltaNet's).
     """
     _check_precision(precision)
     xp, (flops, size_bytes) = _floats(flops, size_bytes)
     compute_s = flops / (gpu.peak_flops_per_s["bf16"] * gpu.attention_efficiency)
-    memory_s = size_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.hbm_efficiency)
+    memory_s = size_bytes / (gpu.hbm_bandwidth_bytes_per_s * (gpu.hbm_efficiency if hbm_share is None else hbm_share))
     fill_s = DECODE_ATTENTION_FILL_S if decode else 0.0
     return _out(xp.maximum(compute_s, memory_s) + gpu.kernel_overhead_s + fill_s)
 

@@ -22,17 +22,21 @@ The token mixer's cost (:func:`mixer_time_s`): prefill runs flash-linear-attenti
 ``chunk_scaled_dot_kkt_fwd``, ``solve_tril``, ``recompute_w_u_fwd``, ``chunk_gated_delta_rule_fwd_h``,
 ``chunk_fwd_o``; 8 kernels) over chunks of :data:`CHUNK` tokens, the chunkwise WY form of arXiv
 2412.06464 sec. 3.3; decode is one fused recurrent update per sequence that reads and writes its
-state (memory bound). Both run at the fused-attention rate of :func:`simcore.kernels.attention_time_s`
-(no Gated DeltaNet kernel has been timed here: an assumption), plus the conv1d and the gated norm as
-memory-bound kernels. Sizes are elements, times seconds, bytes bytes.
+state (memory bound). Both are priced by :func:`core_time_s`: the FLOPs at the fused-attention rate of
+:func:`simcore.kernels.attention_time_s`, the bytes at :data:`GDN_HBM_EFFICIENCY` of peak bandwidth, and
+the chunked form's serial state pass takes at least :data:`GDN_CHUNK_LATENCY_S` per chunk
+(:func:`chain_s`); both constants are fitted on timings of flash-linear-attention's own kernels
+(``python -m validation.fit_linear_attention``). The conv1d and the gated norm are memory-bound kernels.
+Sizes are elements, times seconds, bytes bytes.
 """
 
 from __future__ import annotations
 
 from simcore.kernels import attention_time_s, memory_time_s
 
-__all__ = ["CHUNK", "MIXER_KERNELS", "projection_features", "conv_channels", "layer_params", "state_elements",
-           "state_bytes_per_sequence", "check", "mixer_time_s"]
+__all__ = ["CHUNK", "MIXER_KERNELS", "GDN_HBM_EFFICIENCY", "GDN_CHUNK_LATENCY_S", "projection_features",
+           "conv_channels", "layer_params", "state_elements", "state_bytes_per_sequence", "check", "chain_s",
+           "core_time_s", "mixer_time_s"]
 
 #: Tokens per chunk of the chunked prefill (fla's ``chunk_gated_delta_rule`` uses 64).
 CHUNK = 64
@@ -40,6 +44,17 @@ CHUNK = 64
 #: decode = conv1d update + fused recurrent update + gated norm.
 MIXER_KERNELS = {"prefill": 10, "decode": 3}
 _PREFILL_CORE_KERNELS = 8
+#: Share of peak HBM bandwidth flash-linear-attention's delta-rule kernels reach, the recurrent decode
+#: update and the chunked prefill alike (its recurrent kernel runs one warp per 8-column slice of a head's
+#: state, too little in flight to stream at a copy's rate). Fitted by ``python -m
+#: validation.fit_linear_attention`` on this project's H100 timings of fla-core 0.6.0
+#: (``validation/data/kernels_h100_gdn_measured.csv``, FP32-state rows; H200 assumed alike).
+GDN_HBM_EFFICIENCY = 0.75
+#: Least time of one chunk's step in the chunked prefill's state pass (s): ``chunk_gated_delta_rule_fwd_h``
+#: walks a sequence's chunks one after another (each step needs the state the last one wrote), so where a
+#: step's few bytes (few heads: high tensor parallelism) would stream faster than this, the chain is
+#: exposed. Sequences of one call run side by side. Fitted with the share above.
+GDN_CHUNK_LATENCY_S = 1.4e-6
 
 
 def projection_features(m) -> tuple[int, int]:
@@ -129,28 +144,54 @@ def _core_decode(m, seqs, hk, hv, act):
     return flops, nbytes
 
 
+def chain_s(m, gpu, xp, seqs, new, head_div=1.0, act: float = 2.0, hbm_share: float = GDN_HBM_EFFICIENCY,
+            chunk_latency_s: float = GDN_CHUNK_LATENCY_S):
+    """Exposed time (s) of the chunked prefill's serial state pass over ``seqs`` prompts of ``new`` tokens:
+    per chunk, what :data:`GDN_CHUNK_LATENCY_S` leaves once the step's own bytes (every value head's ``w``,
+    ``u``, ``k`` and ``v_new`` of the chunk and the state it stores) have streamed."""
+    hv = m.linear_value_heads / head_div
+    dk, dv = float(m.linear_key_head_dim), float(m.linear_value_head_dim)
+    step_bytes = seqs * hv * (CHUNK * (2.0 * dk + 2.0 * dv) + dk * dv) * act
+    step_s = step_bytes / (gpu.hbm_bandwidth_bytes_per_s * hbm_share)
+    return xp.ceil(new / CHUNK) * xp.maximum(chunk_latency_s - step_s, 0.0)
+
+
+def core_time_s(m, gpu, precision: str, xp, phase: str, seqs, new=1.0, prior=0.0, head_div=1.0, act: float = 2.0,
+                hbm_share: float = GDN_HBM_EFFICIENCY, chunk_latency_s: float = GDN_CHUNK_LATENCY_S):
+    """Time (s) and FLOPs of the delta rule's kernels alone (no conv1d, no gated norm) on one GPU: decode,
+    one fused recurrent update of ``seqs`` sequences; prefill, the chunked form over ``seqs`` prompts of
+    ``new`` tokens each after ``prior`` (its kernels' fixed costs and the serial chain of chunks added).
+    ``head_div`` splits the heads over tensor parallelism; ``precision`` is the model's (checked: the
+    rule's products run in BF16 whatever the weights). The two constants are the fitted ones unless given
+    (the fitting script passes candidates)."""
+    hk, hv = m.linear_key_heads / head_div, m.linear_value_heads / head_div
+    if phase == "decode":
+        flops, nbytes = _core_decode(m, seqs, hk, hv, act)
+        extra = 0.0
+    else:
+        flops, nbytes = _core_prefill(m, xp, new, prior, seqs, hk, hv, act)
+        extra = (_PREFILL_CORE_KERNELS - 1) * gpu.kernel_overhead_s + chain_s(m, gpu, xp, seqs, new, head_div, act,
+                                                                              hbm_share, chunk_latency_s)
+    return attention_time_s(flops, nbytes, gpu, precision, hbm_share=hbm_share) + extra, flops
+
+
 def mixer_time_s(m, gpu, precision: str, xp, phase: str, seqs, new=1.0, prior=0.0, head_div=1.0,
                  act: float = 2.0):
-    """Time (s) and FLOPs of one linear-attention layer's token mixer on one GPU.
+    """Time (s) and FLOPs of one linear-attention layer's token mixer on one GPU: the delta rule
+    (:func:`core_time_s`), the conv1d and the gated norm.
 
     ``seqs`` sequences on this GPU; prefill: ``new`` tokens each after ``prior`` already in the state;
     decode: one token each. ``head_div`` splits the heads (and conv channels) over tensor parallelism,
     as vLLM shards the key and value heads. Scalars or numpy arrays (one per strategy).
     """
-    hk, hv = m.linear_key_heads / head_div, m.linear_value_heads / head_div
     conv = conv_channels(m) / head_div
-    width, k = m.linear_value_head_dim * hv, float(m.linear_conv_kernel)
+    width, k = m.linear_value_head_dim * m.linear_value_heads / head_div, float(m.linear_conv_kernel)
+    core, flops = core_time_s(m, gpu, precision, xp, phase, seqs, new, prior, head_div, act)
     if phase == "decode":
-        flops, core = _core_decode(m, seqs, hk, hv, act)
-        extra = 0.0
         conv_bytes = seqs * conv * act * (2.0 * (k - 1.0) + 2.0)  # state read + write, x in, y out
         tokens = seqs
     else:
-        flops, core = _core_prefill(m, xp, new, prior, seqs, hk, hv, act)
-        extra = (_PREFILL_CORE_KERNELS - 1) * gpu.kernel_overhead_s
         tokens = seqs * new
         conv_bytes = tokens * conv * act * 2.0 + seqs * conv * (k - 1.0) * act * (1.0 + xp.where(prior > 0, 1.0, 0.0))
     norm_bytes = tokens * width * act * 3.0  # read o and z, write the gated output
-    time = attention_time_s(flops, core, gpu, precision) + extra + memory_time_s(conv_bytes, gpu) \
-        + memory_time_s(norm_bytes, gpu)
-    return time, flops
+    return core + memory_time_s(conv_bytes, gpu) + memory_time_s(norm_bytes, gpu), flops

@@ -182,12 +182,23 @@ class _Lowerer:
         """One Gated DeltaNet layer's conv1d, delta rule and gated norm
         (:func:`simcore.linear_attention.mixer_time_s`): heads split under ``dim1``, sequences under
         ``dim0``, as attention's."""
-        c = self.s.choice["attention"]
-        seqs_local = self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs)
+        seqs_local, head_div = self._linear_split()
         new, prior = self.prefill_chunk or (float(self.w.input_len), 0.0)
         time, flops = gdn.mixer_time_s(self.m, self.gpu, self.w.precision, self.xp, self.phase, seqs_local,
-                                       new, prior, self.xp.where(c == 1, self.t, 1.0), self.act)
+                                       new, prior, head_div, self.act)
         return Task("linear_attention", "attention", "attention", time, flops=flops)
+
+    def _linear_split(self):
+        """(sequences on one GPU, head divisor) of a linear-attention layer: sequences split under
+        ``dim0``, heads under ``dim1``."""
+        c = self.s.choice["attention"]
+        return self.xp.where(c == 0, self.xp.ceil(self.seqs / self.t), self.seqs), self.xp.where(c == 1, self.t, 1.0)
+
+    def linear_chain_s(self, new: float):
+        """The exposed serial state pass of a prefill of ``new`` tokens per sequence in the linear mixer
+        above (:func:`simcore.linear_attention.chain_s`), part of its time."""
+        seqs_local, head_div = self._linear_split()
+        return gdn.chain_s(self.m, self.gpu, self.xp, seqs_local, new, head_div, self.act)
 
     def _softmax_attention(self) -> Task:
         c = self.s.choice["attention"]

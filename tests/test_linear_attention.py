@@ -165,3 +165,49 @@ def test_qwen35_serves_on_eight_h200() -> None:
     result = simulate_serving(ctx, plan, cfg)
     assert result.feasible and result.metrics.requests == 20
     assert 0 < result.metrics.tpot_s["mean"] < 0.2 and 0 < result.metrics.ttft_s["mean"] < 5.0
+
+
+def test_delta_rule_cost_by_hand_at_the_fitted_constants() -> None:
+    """Decode: the state read and written (plus q, k, v, o) at GDN_HBM_EFFICIENCY of peak, one kernel's
+    fixed cost. Prefill on few heads: the chunk chain adds what each step's bytes leave of the latency."""
+    spec, gpu = get_model(Q35), _ctx().cluster.gpu
+    bw = gpu.hbm_bandwidth_bytes_per_s * gdn.GDN_HBM_EFFICIENCY
+    hv, hk = 64 / 8, 16 / 8
+    state = 2 * hv * 128 * 128 * 4
+    time, _ = gdn.core_time_s(spec, gpu, "bf16", np, "decode", 32.0, head_div=8.0)
+    assert float(time) == pytest.approx(32 * (state + 2 * hk * 128 * 2 + 2 * hv * 128 * 2) / bw + gpu.kernel_overhead_s)
+    step = hv * (64 * (2 * 128 + 2 * 128) + 128 * 128) * 2 / bw  # one chunk's bytes in the state pass
+    assert step < gdn.GDN_CHUNK_LATENCY_S
+    chain = float(gdn.chain_s(spec, gpu, np, 1.0, 4096.0, 8.0))
+    assert chain == pytest.approx(64 * (gdn.GDN_CHUNK_LATENCY_S - step))
+    assert float(gdn.chain_s(spec, gpu, np, 1.0, 4096.0, 1.0)) == 0.0  # 64 heads: bandwidth covers the chain
+    with_chain, _ = gdn.core_time_s(spec, gpu, "bf16", np, "prefill", 1.0, 4096.0, head_div=8.0)
+    without, _ = gdn.core_time_s(spec, gpu, "bf16", np, "prefill", 1.0, 4096.0, head_div=8.0, chunk_latency_s=0.0)
+    assert float(with_chain) - float(without) == pytest.approx(chain)
+
+
+def test_mixer_is_the_delta_rule_plus_conv_and_gated_norm() -> None:
+    spec, gpu = get_model(Q35), _ctx().cluster.gpu
+    from simcore.kernels import memory_time_s
+
+    for phase, seqs, new in (("decode", 16.0, 1.0), ("prefill", 2.0, 3000.0)):
+        core, flops = gdn.core_time_s(spec, gpu, "fp8", np, phase, seqs, new, 0.0, 4.0)
+        mixer, mixer_flops = gdn.mixer_time_s(spec, gpu, "fp8", np, phase, seqs, new, 0.0, 4.0)
+        tokens, conv = seqs * new, gdn.conv_channels(spec) / 4
+        conv_bytes = seqs * conv * 2 * 8 if phase == "decode" else tokens * conv * 2 * 2 + seqs * conv * 3 * 2
+        norm_bytes = tokens * 64 * 128 / 4 * 2 * 3
+        assert mixer_flops == flops
+        assert float(mixer) == pytest.approx(float(core) + float(memory_time_s(conv_bytes, gpu))
+                                             + float(memory_time_s(norm_bytes, gpu)))
+
+
+def test_chunks_batched_in_one_step_wait_on_the_longest_chain_only() -> None:
+    ctx = _ctx()
+    cost = StepCost(ctx, megatron_strategy(tp=8, ep=1))
+    one = [cost.linear_attention_s(GroupBatch.of([(n, 0)], [], 0)) for n in (4096, 1024)]
+    both = cost.linear_attention_s(GroupBatch.of([(4096, 0), (1024, 0)], [], 0))
+    cost._attn.seqs = 1.0
+    short_chain = float(cost._attn.linear_chain_s(1024.0))
+    fixed = gdn.MIXER_KERNELS["prefill"] * ctx.cluster.gpu.kernel_overhead_s
+    assert short_chain > 0
+    assert both == pytest.approx(one[0] + one[1] - fixed - short_chain)

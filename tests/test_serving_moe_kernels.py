@@ -228,3 +228,15 @@ def test_the_decode_price_of_a_call_is_the_lowerings_expert_gemms_plus_the_fixed
     assert fit_moe_kernels.decode_call_s(row, base.with_overrides(moe_layer_s=25e-6)) == pytest.approx(gemms + 25e-6)
     halved = fit_moe_kernels.decode_call_s(row, base.with_overrides(moe_memory_efficiency=0.5))
     assert 1.5 * gemms < halved <= 2.0 * gemms  # weight reads dominate a 4-token call
+
+
+@pytest.mark.parametrize("module", ["validation.fit_moe_kernels", "validation.fit_kernels", "validation.fit_inference",
+                                    "validation.compare_measured"])
+def test_a_fitting_script_given_a_missing_file_says_one_line_and_exits_2(tmp_path, module):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", module, "--data", str(tmp_path / "missing.csv")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "missing.csv" in done.stderr

@@ -19,11 +19,10 @@ import csv
 import dataclasses
 import json
 import statistics
-import sys
 from pathlib import Path
 
 from simcore.lowering import CostContext
-from validation.split import split_label, split_of
+from validation.split import BadInput, run_script, split_label, split_of
 from validation.studies.inference import parse_row, predict
 
 __all__ = ["main"]
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-sim", action="store_true", help="proxy only")
     args = parser.parse_args(argv)
     if not args.runtime_overhead_s >= 0:
-        sys.exit("error: --runtime-overhead-s must be >= 0")
+        raise BadInput("error: --runtime-overhead-s must be >= 0")
     errors: dict[str, list[float]] = {"sim": [], "proxy": []}
     by_phase: dict[str, list[float]] = {}
     by_split: dict[str, list[float]] = {}
@@ -56,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{'proxy':>9} {'err':>7}")
     for path in args.data:
         if not path.is_file():
-            sys.exit(f"error: --data: no such file {path}")
+            raise BadInput(f"error: --data: no such file {path}")
         with open(path, newline="") as handle:
             for row in csv.DictReader(handle):
                 try:
@@ -86,4 +85,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -39,7 +39,7 @@ from scipy.optimize import least_squares
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s
 from simcore.collectives.constants import FABRICS
 from simcore.hardware import get_gpu
-from validation.split import refuse_test_rows
+from validation.split import refuse_test_rows, run_script
 from validation.studies.collectives import DEFAULT_DATA, Case, load_rows, parse_row
 from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S
 
@@ -288,4 +288,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

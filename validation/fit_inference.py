@@ -35,7 +35,7 @@ import numpy as np
 
 from simcore.collectives import DEFAULT
 from simcore.proxy import evaluate
-from validation.split import refuse_test_rows
+from validation.split import BadInput, refuse_test_rows, run_script
 from validation.studies import inference
 from validation.studies.collectives.harness import HARNESS_OVERHEAD_S
 from validation.studies.inference import _metric, decode_kv_reread, parse_row
@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     for path in args.data:
         if not path.is_file():
-            raise SystemExit(f"error: --data: no such file {path}")
+            raise BadInput(f"error: --data: no such file {path}")
     cases, skipped = _cases(args.data)
     if not cases:
-        raise SystemExit(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
+        raise BadInput(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
     # The re-read at the catalog's values (those the study runs with), then the host time and the launch
     # cost the fit rows prefer at that re-read: their surface is flat, so fitting all three jointly
     # would let its noise move the re-read.
@@ -151,4 +151,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -30,7 +30,6 @@ import argparse
 import csv
 import json
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from scipy.optimize import least_squares
 
 from simcore.hardware import GpuSpec, get_gpu
 from simcore.kernels import DECODE_ATTENTION_FILL_S, attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
-from validation.split import refuse_test_rows, split_label, split_of
+from validation.split import BadInput, refuse_test_rows, run_script, split_label, split_of
 
 __all__ = ["Sample", "load_samples", "fit", "fit_decode_fill", "evaluate", "main"]
 
@@ -377,7 +376,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     samples, skipped = [], []
     for path in args.data:
         if not path.is_file():
-            sys.exit(f"error: --data: no such file {path}")
+            raise BadInput(f"error: --data: no such file {path}")
         if not args.no_fit:  # constants are fitted on fit rows only
             with open(path, newline="") as handle:
                 refuse_test_rows(csv.DictReader(handle), path)
@@ -386,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         prefix = f"{path.name}:" if len(args.data) > 1 else ""
         skipped += [(f"{prefix}{line}", kernel, reason) for line, kernel, reason in dropped]
     if not samples:
-        sys.exit(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
+        raise BadInput(f"error: --data: no usable rows in {', '.join(map(str, args.data))}")
     if args.no_fit:
         fitted, cost, fill_s = get_gpu(args.gpu), float("nan"), DECODE_ATTENTION_FILL_S
     else:
@@ -424,4 +423,4 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

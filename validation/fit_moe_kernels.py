@@ -65,7 +65,7 @@ from simcore.hardware import get_gpu
 from simcore.lowering import expert_gemm_s, routed_experts
 from simcore.serving import get_runtime
 from validation.measure_h100 import HARDWARE
-from validation.split import refuse_test_rows
+from validation.split import BadInput, refuse_test_rows, run_script
 
 __all__ = ["main", "fused_moe_s", "grouped_gemm_s", "load_rows", "load_grouped_rows", "GRID"]
 
@@ -115,10 +115,10 @@ def _read(path: Path, need: tuple[str, ...]) -> list[dict]:
         with Path(path).open(newline="") as f:
             raw = list(csv.DictReader(f))
     except OSError as exc:
-        raise SystemExit(f"error: --data {path}: {exc.strerror or exc}") from None
+        raise BadInput(f"error: --data {path}: {exc.strerror or exc}") from None
     missing = [c for c in need if raw and c not in raw[0]]
     if missing:
-        raise SystemExit(f"error: --data {path}: missing column(s) {', '.join(missing)}")
+        raise BadInput(f"error: --data {path}: missing column(s) {', '.join(missing)}")
     return raw
 
 
@@ -137,7 +137,7 @@ def load_rows(path: Path) -> list[dict]:
             ints = {c: int(r[c]) for c in ("E", "N", "hidden_K", "topk", "M_tokens")}
             seconds = float(r["time_us"]) * 1e-6
         except ValueError as exc:
-            raise SystemExit(f"error: --data {path}, line {line}: {exc}") from None
+            raise BadInput(f"error: --data {path}, line {line}: {exc}") from None
         precision = "fp8" if "fp8" in r["dtype"].lower() else "bf16"
         rows.append(dict(r, gpu_spec=get_gpu(gpu), precision=precision, seconds=seconds, line=line,
                          tokens=ints["M_tokens"], **ints))
@@ -159,7 +159,7 @@ def load_grouped_rows(path: Path, dtype: str = "BF16") -> list[dict]:
             ints = {c: int(shape[c]) for c in "bmnk"}
             seconds = float(r["value"]) * _UNIT_S[r["unit"].strip()]
         except (KeyError, ValueError) as exc:
-            raise SystemExit(f"error: --data {path}, line {line}: shape_or_size/value/unit: {exc}") from None
+            raise BadInput(f"error: --data {path}, line {line}: shape_or_size/value/unit: {exc}") from None
         rows.append(dict(r, gpu_spec=get_gpu(gpu), gpu=gpu, precision="fp8" if "fp8" in dtype.lower() else "bf16",
                          seconds=seconds, line=line, tokens=ints["m"], **ints))
     return rows
@@ -208,7 +208,7 @@ def fit_decode(rows: list[dict]) -> dict:
 def _main_decode(data: Path, max_tokens: int, no_fit: bool) -> dict:
     rows = [r for r in load_rows(data) if r["tokens"] <= max_tokens]
     if not rows:
-        raise SystemExit(f"error: --data {data}: no usable fused_moe row with at most {max_tokens} tokens")
+        raise BadInput(f"error: --data {data}: no usable fused_moe row with at most {max_tokens} tokens")
     if not no_fit:
         refuse_test_rows(rows, data)
     result = fit_decode(rows)
@@ -242,14 +242,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.decode:
         if args.runtime != "vllm":
-            raise SystemExit("error: --decode: the decode fit reads Triton fused_moe rows (--runtime vllm)")
+            raise BadInput("error: --decode: the decode fit reads Triton fused_moe rows (--runtime vllm)")
         return _main_decode(args.data or _DATA, args.max_tokens, args.no_fit)
     default_data, load, default_min, model_s = _SOURCES[args.runtime]
     data = args.data or default_data
     min_tokens = default_min if args.min_tokens is None else args.min_tokens
     big = [r for r in load(data) if r["tokens"] >= min_tokens]
     if not big:
-        raise SystemExit(f"error: --data {data}: no usable row with at least {min_tokens} tokens")
+        raise BadInput(f"error: --data {data}: no usable row with at least {min_tokens} tokens")
 
     def errors(efficiency: float) -> list[float]:
         return [math.log(model_s(r, efficiency) / r["seconds"]) for r in big]
@@ -277,4 +277,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

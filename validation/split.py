@@ -14,13 +14,36 @@ from __future__ import annotations
 
 import csv
 import functools
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["SPLITS", "DATA_DIR", "split_of", "test_sources", "refuse_test_rows", "split_label"]
+__all__ = ["SPLITS", "DATA_DIR", "BadInput", "run_script", "split_of", "test_sources", "refuse_test_rows",
+           "split_label"]
 
 SPLITS = ("fit", "test")
 DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+class BadInput(SystemExit):
+    """Input a fitting script cannot use: exit status 2, the one-line message as ``str(exc)``
+    (:func:`run_script` prints it; a caller that catches it reads it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def run_script(main: Callable[[], object]) -> None:
+    """Run a script's ``main()`` as ``python -m``: a :class:`BadInput` prints its line and exits 2."""
+    try:
+        main()
+    except BadInput as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,11 +69,11 @@ def split_of(row: dict) -> str:
 
 
 def refuse_test_rows(rows: Iterable[dict], path: str | Path, first_line: int = 2) -> None:
-    """``SystemExit`` with a one-line error when any row is a test row (constants are fitted on fit rows)."""
+    """:class:`BadInput` (exit 2, one line) when any row is a test row (constants are fitted on fit rows)."""
     lines = [line for line, row in enumerate(rows, start=first_line) if split_of(row) == "test"]
     if lines:
         shown = ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
-        raise SystemExit(f"error: --data {path}: {len(lines)} test row(s) (split=test, lines {shown}); "
+        raise BadInput(f"error: --data {path}: {len(lines)} test row(s) (split=test, lines {shown}); "
                          "fit on fit rows only (score test rows with the study or --no-fit)")
 
 

@@ -221,11 +221,15 @@ class StepCost:
         """One linear-attention layer's token mixer for one group (0 without linear attention): the
         prompt chunks and the decodes, independent of their contexts. The runtimes run all of a step's
         chunks as one variable-length batch (fla's ``cu_seqlens``), so its kernels' fixed costs count
-        once per step, not once per chunk."""
+        once per step, not once per chunk, and the chunks' serial state passes run side by side: the
+        longest one's chain counts (:meth:`simcore.lowering._Lowerer.linear_chain_s`)."""
         if not self.model.is_hybrid:
             return 0.0
-        batched = max(len(group.chunks) - 1, 0) * MIXER_KERNELS["prefill"] * self._attn.gpu.kernel_overhead_s
-        return self._mixer_s(group, self._attn._linear_mixer) - batched
+        low = self._attn
+        batched = max(len(group.chunks) - 1, 0) * MIXER_KERNELS["prefill"] * low.gpu.kernel_overhead_s
+        low.seqs = 1.0
+        chains = [float(low.linear_chain_s(float(new))) for new, _ in group.chunks]
+        return self._mixer_s(group, low._linear_mixer) - batched - (sum(chains) - max(chains, default=0.0))
 
     def _mixer_s(self, group: GroupBatch, kernel) -> float:
         low = self._attn
