@@ -301,6 +301,22 @@ def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_k
     assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "gpt-oss-120b", 1000, 1000, 16))
 
 
+def test_qwen35_on_sglang_keeps_the_recurrent_state_in_the_dtype_its_launch_sets():
+    """qwen3.5_fp8_h200.sh passes ``--mamba-ssm-dtype bfloat16``: the harness's rows simulate a BF16
+    Gated DeltaNet state (half the memory and decode traffic), other lengths keep the config's FP32."""
+    from validation.studies.serving.launch import launch_model_fields
+
+    def case(isl):
+        return map_row(_row(model_path="Qwen/Qwen3.5-397B-A17B", backend="sglang", tp_size=8, attention_dp_size=1,
+                            moe_tp_size=1, moe_ep_size=8, isl=isl, osl=1024, batch_size=4, precision="fp8",
+                            silicon_data_source="x; silicon_concurrency=4"))
+
+    harness, other = case(1024), case(1000)
+    assert launch_model_fields("sglang", harness.model, 1024, 1024) == {"linear_state_bytes": 2}
+    assert harness.ctx.model.linear_state_bytes == 2 and other.ctx.model.linear_state_bytes == 4
+    assert launch_model_fields("vllm", harness.model, 1024, 1024) == {}
+
+
 @pytest.mark.parametrize(("model", "backend", "layout"), [
     ("nvidia/Llama-3.3-70B-Instruct-FP8", "trtllm", {"tp_size": 4}),
     ("Qwen/Qwen3-32B", "sglang", {"tp_size": 2}),

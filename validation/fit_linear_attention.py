@@ -16,7 +16,8 @@ file is one source, so all of it is fit; as a cross-check (same source, not a te
 so) ``--hold-out-tp N`` fits on the other degrees and scores the degree-``N`` rows. Rows with a
 BF16 state are listed but neither fitted nor scored: fla's standalone kernels write an FP32 final state
 whatever the input's dtype, while serving runtimes update the state in place at its own dtype, so such a
-timing is not the served kernel's. Sets nothing (the constants live in ``simcore/linear_attention.py``);
+timing is not the served kernel's. (The timing script's ``causal conv1d update`` rows are not read:
+fla's own update kernel, where vLLM and SGLang ship their own.) Sets nothing (the constants live in ``simcore/linear_attention.py``);
 ends with one JSON line. Bad input (missing file or column, no usable rows, unknown GPU): one line, exit 2.
 """
 

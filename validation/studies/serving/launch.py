@@ -26,11 +26,10 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   test rows were simulated with it. (vLLM's own gpt-oss runs set ``VLLM_MXFP4_USE_MARLIN=1``: Marlin's
   weight-only kernels, also not timed here; they keep profile ``vllm``.)
 - SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
-  ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency). Not applied: its
-  ``--mamba-ssm-dtype bfloat16`` halves the Gated DeltaNet recurrent state the preset keeps in FP32 (a
-  model field, not a runtime one; 24 MB per sequence and GPU at TP 8, so at 64 sequences ~0.45 ms less
-  state traffic per step of ~28 ms simulated: it would shorten TPOT by under 2%, where these rows are
-  already 12-39% short).
+  ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency), and ``--mamba-ssm-dtype bfloat16``:
+  the Gated DeltaNet recurrent state in BF16, not the config's FP32, a model field the launch sets
+  (:func:`launch_model_fields`; half the state's memory and its decode traffic, which the delta rule's
+  timed kernels show is most of that kernel's time).
 - TensorRT-LLM, Llama-3.3-70B (the sample's ``meta-llama/Llama-3.1-70B`` rows; ``llama70b_fp8_h200_trt``
   launcher): ``--max_num_tokens $MAX_MODEL_LEN`` (the config's ``max-model-len``, ISL + OSL + 200: 2248 at
   1k/1k), ``cuda_graph_config.max_batch_size: 1024``, and at 1k/1k below TP 8 batch waiting:
@@ -58,7 +57,7 @@ from __future__ import annotations
 
 from simcore.serving import get_runtime
 
-__all__ = ["launch_flags", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS", "REQUESTS_PER_CLIENT",
+__all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS", "REQUESTS_PER_CLIENT",
            "TRITON_MOE_FIELDS"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
@@ -108,6 +107,16 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
         return {"mem_fraction": 0.95}
     if backend == "sglang" and preset.startswith("glm-5"):
         return {"mem_fraction": 0.85}
+    return {}
+
+
+def launch_model_fields(backend: str, preset: str, isl: int, osl: int) -> dict:
+    """Model fields (``ModelSpec``) the harness's launch sets for this row, beside the runtime's: the
+    serving engine's dtype for a state the config gives another (empty: the config's)."""
+    if isl not in HARNESS_LENGTHS or osl not in HARNESS_LENGTHS:
+        return {}
+    if backend == "sglang" and preset.startswith("qwen3.5"):
+        return {"linear_state_bytes": 2}  # --mamba-ssm-dtype bfloat16
     return {}
 
 

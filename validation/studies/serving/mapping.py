@@ -60,7 +60,7 @@ from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.workload import Workload
 
 from .kv_dtype import kv_cache_precision
-from .launch import REQUESTS_PER_CLIENT, launch_flags, requests_per_client
+from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
 
@@ -262,6 +262,7 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
     case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency,
                                tp=pools[0].strategy.tp)
     case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl)
+    model = replace(model, **launch_model_fields(backend, preset, case.isl, case.osl))
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
 
 
