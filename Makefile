@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-stamp
+# pytest-xdist workers for `make test`: the suite is independent tests on tmp dirs, run on both of CI's
+# two cores (`make test TEST_WORKERS=0` runs it in one process).
+TEST_WORKERS ?= 2
 
 .PHONY: run test lint bench clean
 
@@ -16,7 +19,7 @@ run: $(STAMP)
 	$(VENV)/bin/shard-search
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
