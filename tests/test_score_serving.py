@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
 import pytest
 
 from validation import score_serving
@@ -29,9 +30,14 @@ def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path)
                                  "--set", "step_host_s=0.03"])
     shipped, slow = result["groups"]
     cases = [c for c in load_cases(path) if not c.skip]
-    errs = sorted(simulate_case(c)[1] * 1e3 / float(c.row["silicon_tpot_ms"]) - 1 for c in cases)
+    by_case = [(c.concurrency, simulate_case(c)[1] * 1e3 / float(c.row["silicon_tpot_ms"]) - 1) for c in cases]
+    errs = sorted(e for _, e in by_case)
     assert shipped["set"] == {} and shipped["simulated"] == len(cases)
     assert shipped["median_signed_tpot_error"] == pytest.approx(sum(errs[:2]) / 2 if len(errs) == 2 else errs[0])
+    for load, chosen in (("low", [e for c, e in by_case if c <= score_serving.LOW_LOAD_CLIENTS]),
+                         ("high", [e for c, e in by_case if c > score_serving.LOW_LOAD_CLIENTS])):
+        got = shipped[f"median_signed_tpot_error_{load}_load"]
+        assert got == pytest.approx(float(np.median(chosen))) if chosen else got != got  # nan where none
     assert slow["set"] == {"step_host_s": 0.03}
     assert slow["median_signed_tpot_error"] > shipped["median_signed_tpot_error"] + 0.5  # a 30 ms host floor
 

@@ -240,6 +240,10 @@ def test_run_writes_rows_and_summary(tmp_path):
     assert summary["by_model"]["Llama-3.1-8B-Instruct vllm"]["simulated"] == 1
     assert summary["by_model"]["NoSuchModel-7B vllm"] == {**summary["by_model"]["NoSuchModel-7B vllm"], "simulated": 0}
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["test"]["rows"] == 1  # the 8B model is a fit model
+    assert out[0]["clients"] == "4" and summary["fit_by_load"]["1-8 clients"]["simulated"] == 1
+    assert summary["fit_by_model_and_load"]["Llama-3.1-8B-Instruct vllm, 1-8 clients"]["simulated"] == 1
+    assert summary["fit_by_load"]["1-8 clients"]["median_signed_tpot_error"] == pytest.approx(
+        float(out[0]["tpot_rel_error"]))
     run(data, tmp_path / "one", SimpleNamespace(jobs=1))  # worker processes change nothing
     assert (tmp_path / "one" / "rows.csv").read_text() == (tmp_path / "out" / "rows.csv").read_text()
 
@@ -335,3 +339,11 @@ def test_h100_rows_of_each_family_map_and_simulate(model, backend, layout):
     assert not case.skip, case.skip
     ttft, tpot, why = simulate_case(case)
     assert not why and 0 < ttft < 60 and 0 < tpot < 1
+
+
+@pytest.mark.parametrize("clients, band", [("1", "1-8 clients"), ("8", "1-8 clients"), ("9", "9-32 clients"),
+                                           ("32", "9-32 clients"), ("33", "33+ clients"), ("", "unknown clients")])
+def test_load_bands_split_at_8_and_32_clients(clients, band):
+    from validation.studies.serving import _load
+
+    assert _load({"clients": clients}) == band

@@ -7,7 +7,8 @@
 harness's launch flags included), once with the shipped profiles and once per ``--set`` group (a
 comma-separated list of ``RuntimeProfile`` fields, e.g. ``--set moe_memory_efficiency=1.0,moe_layer_s=20e-6``),
 each applied on top of the row's own profile. Prints the median |relative error| and the median signed
-error of TTFT and TPOT per group, then one JSON line.
+error of TTFT and TPOT per group (TPOT's signed median also at low load, <= 8 clients, and above), then
+one JSON line.
 
 It is how a candidate constant is tried on the fit rows before any change (the decision rules in the
 README): ``--split fit`` is the default and its figures are in sample; ``--split test`` scores test rows
@@ -36,6 +37,10 @@ __all__ = ["main", "parse_set"]
 
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 _FIELDS = {f.name: f for f in dataclasses.fields(RuntimeProfile)}
+#: clients at or below which a row counts as low load in the per-load TPOT medians: where a step's fixed
+#: costs (host, per-layer kernels) outweigh what grows with the batch, so the split shows which of the two
+#: a candidate value moves.
+LOW_LOAD_CLIENTS = 8
 
 
 def _fail(message: str):
@@ -69,15 +74,19 @@ def _one(args):
 
 def _summary(cases, results) -> dict:
     errs = {"ttft": [], "tpot": []}
+    by_load = {"low": [], "high": []}  # signed TPOT errors at <= LOW_LOAD_CLIENTS clients and above
     for case, (ttft, tpot, why) in zip(cases, results, strict=True):
         if why:
             continue
         errs["ttft"].append(ttft * 1e3 / float(case.row["silicon_ttft_ms"]) - 1)
         errs["tpot"].append(tpot * 1e3 / float(case.row["silicon_tpot_ms"]) - 1)
+        by_load["low" if case.concurrency <= LOW_LOAD_CLIENTS else "high"].append(errs["tpot"][-1])
     out = {"simulated": len(errs["ttft"])}
     for key, e in errs.items():
         out[f"median_abs_{key}_error"] = float(np.median(np.abs(e))) if e else math.nan
         out[f"median_signed_{key}_error"] = float(np.median(e)) if e else math.nan
+    for load, e in by_load.items():
+        out[f"median_signed_tpot_error_{load}_load"] = float(np.median(e)) if e else math.nan
     return out
 
 
@@ -114,7 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
             result["groups"].append({"set": overrides, **summary})
             print(f"  {json.dumps(overrides) if overrides else 'shipped':60s} TTFT {summary['median_abs_ttft_error']:6.1%} "
                   f"({summary['median_signed_ttft_error']:+.1%})  TPOT {summary['median_abs_tpot_error']:6.1%} "
-                  f"({summary['median_signed_tpot_error']:+.1%})  [{summary['simulated']} simulated]")
+                  f"({summary['median_signed_tpot_error']:+.1%}; <= {LOW_LOAD_CLIENTS} clients "
+                  f"{summary['median_signed_tpot_error_low_load']:+.1%}, more "
+                  f"{summary['median_signed_tpot_error_high_load']:+.1%})  [{summary['simulated']} simulated]")
     print(json.dumps(result))
     return result
 

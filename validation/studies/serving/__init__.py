@@ -68,7 +68,7 @@ __all__ = ["run", "simulate_case", "serving_config", "harness_lengths", "FIT_MOD
 FIT_MODELS = ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct", "nvidia/Llama-3.1-8B-Instruct-FP8",
               "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-235B-A22B-FP8")
 
-_OUT_COLUMNS = ("set", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error", "tpot_rel_error", "skipped_reason",
+_OUT_COLUMNS = ("set", "clients", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error", "tpot_rel_error", "skipped_reason",
                 "duplicate_of")
 
 
@@ -163,19 +163,21 @@ def summarize_rows(rows: list[dict]) -> dict:
     rows = [r for r in rows if not r.get("duplicate_of")]
     done = [r for r in rows if not r["skipped_reason"]]
     tt = [abs(float(r["ttft_rel_error"])) for r in done]
-    tp = [abs(float(r["tpot_rel_error"])) for r in done]
+    signed = [float(r["tpot_rel_error"]) for r in done]
     return {"rows": len(rows), "simulated": len(done),
             "median_abs_ttft_error": float(np.median(tt)) if tt else math.nan,
-            "median_abs_tpot_error": float(np.median(tp)) if tp else math.nan}
+            "median_abs_tpot_error": float(np.median(np.abs(signed))) if signed else math.nan,
+            "median_signed_tpot_error": float(np.median(signed)) if signed else math.nan}
 
 
-def _table(title: str, groups: dict[str, list[dict]]) -> None:
+def _table(title: str, groups: dict[str, list[dict]], order=None) -> None:
+    """One printed table, a line per group in ``order`` (a sort key over the group names; by name)."""
     print(f"\n{title}")
-    print(f"{'':34s} {'rows':>5s} {'sim':>5s} {'|TTFT err|':>11s} {'|TPOT err|':>11s}")
-    for key, rows in sorted(groups.items()):
+    print(f"{'':44s} {'rows':>5s} {'sim':>5s} {'|TTFT err|':>11s} {'|TPOT err|':>11s} {'TPOT err':>9s}")
+    for key, rows in sorted(groups.items(), key=lambda item: order(item[0]) if order else item[0]):
         s = summarize_rows(rows)
-        print(f"{key:34s} {s['rows']:5d} {s['simulated']:5d} {s['median_abs_ttft_error']:11.1%} "
-              f"{s['median_abs_tpot_error']:11.1%}")
+        print(f"{key:44s} {s['rows']:5d} {s['simulated']:5d} {s['median_abs_ttft_error']:11.1%} "
+              f"{s['median_abs_tpot_error']:11.1%} {s['median_signed_tpot_error']:+9.1%}")
 
 
 def _simulate_row(row: dict) -> tuple[float, float, str]:
@@ -217,6 +219,7 @@ def run(data: Path, out: Path, study=None) -> dict:
         m_ttft, m_tpot = _measured(row, "silicon_ttft_ms"), _measured(row, "silicon_tpot_ms")
         row.update(sim_ttft_ms=ttft * 1e3, sim_tpot_ms=tpot * 1e3, ttft_rel_error=_rel(ttft * 1e3, m_ttft),
                    tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason, duplicate_of=duplicate_of)
+        row["clients"] = case.concurrency or ""
         rows.append(row)
         if not reason:
             print(f"{row['set']:4s} {row['backend']:6s} {row['mode']:6s} {case.model:16s} "
@@ -235,6 +238,12 @@ def run(data: Path, out: Path, study=None) -> dict:
         _table(f"{name} set, by backend", _group(part, lambda r: r["backend"]))
         _table(f"{name} set, by mode", _group(part, lambda r: r["mode"]))
         _table(f"{name} set, by model and backend", _group(part, _model_backend))
+        _table(f"{name} set, by load", _group(part, _load), order=_load_order)
+        summary[f"{name}_by_load"] = {k: summarize_rows(v) for k, v in _group(part, _load).items()}
+        by_both = _group(part, lambda r: f"{_model_backend(r)}, {_load(r)}")
+        _table(f"{name} set, by model, backend and load", by_both,
+               order=lambda k: (k.rsplit(", ", 1)[0], _load_order(k.rsplit(", ", 1)[1])))
+        summary[f"{name}_by_model_and_load"] = {k: summarize_rows(v) for k, v in by_both.items()}
     summary["all"] = summarize_rows(rows)
     summary["simulated_share"] = summary["all"]["simulated"] / max(summary["all"]["rows"], 1)
     summary["duplicates"] = sum(bool(d) for d in dup)
@@ -255,6 +264,25 @@ def run(data: Path, out: Path, study=None) -> dict:
 def _model_backend(row: dict) -> str:
     """``Kimi-K2.5 vllm``: the model's name (after its organisation) and the backend."""
     return f"{(row.get('model_path') or '').strip().split('/')[-1]} {row.get('backend', '')}"
+
+
+#: Client-count bands of the per-load tables: where a step's fixed costs (host, per-layer kernels) dominate,
+#: the middle, and where what grows with the batch (expert weights touched, KV reads) does.
+LOAD_BANDS = ((8, "1-8 clients"), (32, "9-32 clients"), (math.inf, "33+ clients"))
+
+
+def _load(row: dict) -> str:
+    """The row's client-count band (:data:`LOAD_BANDS`); rows whose mapping found no count: ``unknown``."""
+    clients = row.get("clients")
+    if not clients:
+        return "unknown clients"
+    return next(label for top, label in LOAD_BANDS if int(clients) <= top)
+
+
+def _load_order(label: str) -> int:
+    """Where a band's line goes in the per-load tables: lightest first, ``unknown`` last."""
+    labels = [band for _, band in LOAD_BANDS]
+    return labels.index(label) if label in labels else len(labels)
 
 
 def _group(rows: list[dict], key) -> dict[str, list[dict]]:
