@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path)
     (["--set", "moe_layer_s=abc"], "--set moe_layer_s"),
     (["--set", "spec_accept=0.8"], "--set spec_accept"),
     (["--set", "moe_layer_s=-1"], "moe_layer_s must be >= 0"),
-    (["--model", "no-such-model"], "--backend/--model"),
+    (["--model", "no-such-model"], "--backend/--model/--mode"),
     (["--data", "/no/such.csv"], "--data"),
 ])
 def test_bad_input_is_one_named_line_and_exit_2(tmp_path, capsys, args, named):
@@ -57,3 +58,36 @@ def test_bad_input_is_one_named_line_and_exit_2(tmp_path, capsys, args, named):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and named in err and "\n" not in err
+
+
+def test_mode_filter_rows_print_and_strict_json(tmp_path, capsys):
+    """``--mode`` keeps the rows of that mode only (none here: the Llama-70B rows are aggregated, a
+    one-line error); ``--rows`` prints each row's measured and simulated values; a median over no
+    rows (the one row runs at 8 clients, so none above) is null in the JSON line, never NaN."""
+    path = _rows(tmp_path, 1)
+    with pytest.raises(SystemExit) as exc:
+        score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--mode", "disagg"])
+    assert exc.value.code == 2 and "--mode" in capsys.readouterr().err
+    result = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--mode", "agg",
+                                 "--rows"])
+    out = capsys.readouterr().out.splitlines()
+    cases = [c for c in load_cases(path) if not c.skip]
+    printed = [line for line in out if line.strip().startswith("agg ")]
+    assert len(printed) == len(cases) == result["rows"]
+    for line, case in zip(printed, cases, strict=True):
+        ttft, tpot, _ = simulate_case(case)
+        assert f"{float(case.row['silicon_tpot_ms']):7.2f}/{tpot * 1e3:7.2f}" in line
+        assert f"{float(case.row['silicon_ttft_ms']):8.1f}/{ttft * 1e3:8.1f}" in line
+    line = json.loads(out[-1])  # strict JSON: json.loads accepts NaN, so look for it in the text too
+    assert "NaN" not in out[-1] and line["mode"] == "agg"
+    group = line["groups"][0]
+    empty = [k for k, v in result["groups"][0].items() if isinstance(v, float) and v != v]
+    assert empty == ["median_signed_tpot_error_high_load"] and group[empty[0]] is None
+
+
+def test_layout_names_each_pool_of_a_disaggregated_row():
+    row = {"mode": "disagg", "prefill_num_workers": "2", "prefill_tp_size": "8", "prefill_moe_ep_size": "8",
+           "decode_num_workers": "3", "decode_tp_size": "1", "decode_attention_dp_size": "8",
+           "decode_moe_ep_size": "8"}
+    assert score_serving._layout(row) == "P 2x(tp8 adp- mtp- mep8) + D 3x(tp1 adp8 mtp- mep8)"
+    assert score_serving._layout({"mode": "agg", "tp_size": "4", "moe_tp_size": "4"}) == "tp4 adp- mtp4 mep-"

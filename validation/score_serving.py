@@ -1,14 +1,16 @@
 """Score runtime-profile values on measured serving rows, without the full study.
 
-``python -m validation.score_serving --backend vllm --model Qwen3-235B [--split fit] [--data CSV]
-[--jobs 2] [--set FIELD=VALUE ...] [--set ...]``: the rows of one ``backend`` whose ``model_path`` contains
-``--model`` (each measurement once, skipped rows left out, as the study counts them) are simulated as
+``python -m validation.score_serving --backend vllm --model Qwen3-235B [--mode agg|disagg] [--split fit]
+[--data CSV] [--jobs 2] [--rows] [--set FIELD=VALUE ...] [--set ...]``: the rows of one ``backend`` whose
+``model_path`` contains ``--model`` (and whose ``mode`` is ``--mode``, where given; each measurement once,
+skipped rows left out, as the study counts them) are simulated as
 ``shard-validate study=serving`` simulates them (:func:`validation.studies.serving.simulate_case`, the
 harness's launch flags included), once with the shipped profiles and once per ``--set`` group (a
 comma-separated list of ``RuntimeProfile`` fields, e.g. ``--set moe_memory_efficiency=1.0,moe_layer_s=20e-6``),
 each applied on top of the row's own profile. Prints the median |relative error| and the median signed
 error of TTFT and TPOT per group (TPOT's signed median also at low load, <= 8 clients, and above), then
-one JSON line.
+one JSON line. ``--rows`` also prints each row of the shipped group: its layout, clients, and measured
+against simulated TTFT and TPOT.
 
 It is how a candidate constant is tried on the fit rows before any change (the decision rules in the
 README): ``--split fit`` is the default and its figures are in sample; ``--split test`` scores test rows
@@ -90,11 +92,55 @@ def _summary(cases, results) -> dict:
     return out
 
 
+def _layout(row: dict) -> str:
+    """A row's layout in one short word: ``tp2 adp- mtp2 mep1``, per pool for a disaggregated row."""
+    def pool(prefix: str) -> str:
+        return (f"tp{row.get(prefix + 'tp_size') or '-'} adp{row.get(prefix + 'attention_dp_size') or '-'} "
+                f"mtp{row.get(prefix + 'moe_tp_size') or '-'} mep{row.get(prefix + 'moe_ep_size') or '-'}")
+    if row.get("mode", "").strip() != "disagg":
+        return pool("")
+    return " + ".join(f"{role[0].upper()} {row.get(role + '_num_workers') or '?'}x({pool(role + '_')})"
+                      for role in ("prefill", "decode"))
+
+
+def _strict(value):
+    """``value`` with every nan (a median over no rows) as None, so the JSON line is strict JSON."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _signed(x: float) -> str:
+    """A signed share, or ``n/a`` where there were no rows to take it over (nan)."""
+    return "n/a" if x != x else f"{x:+.1%}"
+
+
+def _print_rows(cases, results) -> None:
+    """Each row of the shipped group: what it is, and measured against simulated TTFT and TPOT (ms)."""
+    print(f"  {'mode':6s} {'isl/osl':>11s} {'clients':>7s}  {'layout':52s} {'TTFT meas/sim':>17s} {'err':>6s} "
+          f"{'TPOT meas/sim':>15s} {'err':>6s}")
+    for case, (ttft, tpot, why) in zip(cases, results, strict=True):
+        r = case.row
+        head = f"  {r.get('mode', ''):6s} {r.get('isl', '') + '/' + r.get('osl', ''):>11s} {case.concurrency:7d}  {_layout(r):52s}"
+        if why:
+            print(f"{head} not simulated: {why}")
+            continue
+        m_ttft, m_tpot = float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"])
+        print(f"{head} {m_ttft:8.1f}/{ttft * 1e3:8.1f} {ttft * 1e3 / m_ttft - 1:+6.0%} "
+              f"{m_tpot:7.2f}/{tpot * 1e3:7.2f} {tpot * 1e3 / m_tpot - 1:+6.0%}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", required=True, help="the rows' backend column (vllm, sglang, trtllm)")
     parser.add_argument("--model", default="", help="substring of model_path (default: every model)")
+    parser.add_argument("--mode", choices=("agg", "disagg"), default=None, help="only rows of this mode")
     parser.add_argument("--split", choices=("fit", "test"), default="fit")
+    parser.add_argument("--rows", action="store_true", help="also print each row of the shipped group")
     parser.add_argument("--data", type=Path, default=_DATA)
     parser.add_argument("--jobs", type=count, default=2, help="processes (>= 1)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]")
@@ -105,28 +151,33 @@ def main(argv: list[str] | None = None) -> dict:
     cases = load_cases(args.data)
     dup = duplicates(cases)
     chosen = [c for c, d in zip(cases, dup, strict=True) if not c.skip and not d and split_of(c.row) == args.split
-              and c.row.get("backend", "").strip() == args.backend and args.model in c.row.get("model_path", "")]
+              and c.row.get("backend", "").strip() == args.backend and args.model in c.row.get("model_path", "")
+              and (args.mode is None or c.row.get("mode", "").strip() == args.mode)]
     if not chosen:
-        _fail(f"--backend/--model: no simulated {args.split} row with backend {args.backend!r} and a model_path "
-              f"containing {args.model!r} in {args.data}")
+        _fail(f"--backend/--model/--mode: no simulated {args.split} row with backend {args.backend!r}, a "
+              f"model_path containing {args.model!r} and mode {args.mode or 'any'} in {args.data}")
     for overrides in groups[1:]:  # a value a profile refuses is named here, not in a worker
         for runtime in sorted({c.runtime for c in chosen}):
             try:
                 get_runtime(runtime).with_overrides(**overrides)
             except ValueError as exc:
                 _fail(f"--set: {str(exc).splitlines()[0]}")
-    print(f"{args.backend} {args.model or '(every model)'}: {split_label(args.split, len(chosen))}")
-    result = {"backend": args.backend, "model": args.model, "split": args.split, "rows": len(chosen), "groups": []}
+    print(f"{args.backend} {args.model or '(every model)'} {args.mode or ''}: {split_label(args.split, len(chosen))}")
+    result = {"backend": args.backend, "model": args.model, "mode": args.mode, "split": args.split,
+              "rows": len(chosen), "groups": []}
     with ProcessPoolExecutor(args.jobs) as pool:
         for overrides in groups:
-            summary = _summary(chosen, list(pool.map(_one, [(c, overrides) for c in chosen])))
+            results = list(pool.map(_one, [(c, overrides) for c in chosen]))
+            if args.rows and not overrides:
+                _print_rows(chosen, results)
+            summary = _summary(chosen, results)
             result["groups"].append({"set": overrides, **summary})
             print(f"  {json.dumps(overrides) if overrides else 'shipped':60s} TTFT {summary['median_abs_ttft_error']:6.1%} "
                   f"({summary['median_signed_ttft_error']:+.1%})  TPOT {summary['median_abs_tpot_error']:6.1%} "
                   f"({summary['median_signed_tpot_error']:+.1%}; <= {LOW_LOAD_CLIENTS} clients "
-                  f"{summary['median_signed_tpot_error_low_load']:+.1%}, more "
-                  f"{summary['median_signed_tpot_error_high_load']:+.1%})  [{summary['simulated']} simulated]")
-    print(json.dumps(result))
+                  f"{_signed(summary['median_signed_tpot_error_low_load'])}, more "
+                  f"{_signed(summary['median_signed_tpot_error_high_load'])})  [{summary['simulated']} simulated]")
+    print(json.dumps(_strict(result), allow_nan=False))
     return result
 
 
