@@ -36,9 +36,13 @@ def _key(result):
 
 @pytest.mark.parametrize("runtime", ["vllm", "sglang", "trtllm"])
 @pytest.mark.parametrize("arrival", ["closed", "poisson"])
-def test_fast_path_equals_reference(runtime, arrival):
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+def test_fast_path_equals_reference(runtime, arrival, mode):
+    """Folded decode runs equal the step-by-step reference; on a disaggregated plan's decode workers
+    too, where each request's first token is released at its first step (Request.hold_first)."""
     ctx = _ctx()
-    plan = ServingPlan.aggregated(megatron_strategy(tp=2), workers=2, max_num_seqs=32)
+    plan = ServingPlan.aggregated(megatron_strategy(tp=2), workers=2, max_num_seqs=32) if mode == "agg" else \
+        ServingPlan.disaggregated(Pool(megatron_strategy(tp=1), 1, 16), Pool(megatron_strategy(tp=1), 2, 32))
     cfg = ServingConfig(arrival=arrival, concurrency=24, rate=40.0, num_requests=60, runtime=runtime,
                         input_len=LengthDist("uniform", mean=600, low=200, high=1200),
                         output_len=LengthDist("uniform", mean=100, low=20, high=200), seed=3)
@@ -147,6 +151,43 @@ def test_disaggregated_runs_and_moves_kv():
     assert r.feasible and r.metrics.requests == 64
     assert plan.gpus == 12
     assert not math.isnan(r.metrics.tpot_s["mean"])
+
+
+def test_disaggregated_first_token_comes_with_the_decode_workers_first_step():
+    """The runtimes stream a disaggregated request from its decode worker (simulate.py's module doc): its
+    TTFT is the prefill, the KV transfer and the decode worker's first step on it, and its first two
+    tokens reach the client together. One request alone on idle workers (SGLang: overlapped host, so no
+    host time before a first step), against the same prefill on an aggregated worker of that layout."""
+    ctx = _ctx("llama-3.1-8b", gpus=2)
+    s = megatron_strategy(tp=1)
+    cfg = ServingConfig(concurrency=1, num_requests=1, input_len=LengthDist(mean=1024), output_len=LengthDist(mean=8),
+                        runtime="sglang")
+    disagg = simulate_serving(ctx, ServingPlan.disaggregated(Pool(s, 1, 8), Pool(s, 1, 8)), cfg)
+    agg = simulate_serving(ctx, ServingPlan.aggregated(s, 1, 8), cfg)
+    assert disagg.feasible and agg.feasible
+    rt = get_runtime("sglang")
+    transfer = 1024 * ctx.model.kv_cache_bytes_per_token(ctx.workload.kv_bytes) / ctx.cluster.gpu.nic_bandwidth_bytes_per_s
+    first_decode = sum(StepCost(ctx, s, rt).gpu_times([GroupBatch.of([], [1025], 1)], rt))
+    assert transfer > 0 and first_decode > 0
+    ttft = disagg.metrics.ttft_s["mean"]
+    assert ttft == pytest.approx(agg.metrics.ttft_s["mean"] + transfer + first_decode, rel=1e-9)
+    # tokens 1 and 2 arrive together: after the first token, the aggregated worker's 7 decode steps
+    # less the first of them (the same step, in the disaggregated TTFT)
+    span = {name: r.metrics.e2e_s["mean"] - r.metrics.ttft_s["mean"] for name, r in (("d", disagg), ("a", agg))}
+    assert span["d"] == pytest.approx(span["a"] - first_decode, rel=1e-9)
+
+
+def test_hand_offs_in_flight_count_toward_the_decode_workers_load():
+    """Two prompts prefilled in one step hand off at the same instant; the second is routed knowing
+    the first is on its way (Worker.load), so each decode worker (one sequence each) takes one, and
+    neither waits for the other's whole decode before its first token."""
+    ctx = _ctx("llama-3.1-8b", gpus=3)
+    s = megatron_strategy(tp=1)
+    cfg = ServingConfig(concurrency=2, num_requests=2, input_len=LengthDist(mean=512), output_len=LengthDist(mean=64),
+                        runtime="sglang")
+    r = simulate_serving(ctx, ServingPlan.disaggregated(Pool(s, 1, 2), Pool(s, 2, 1)), cfg)
+    assert r.feasible
+    assert r.metrics.ttft_s["p99"] == pytest.approx(r.metrics.ttft_s["p50"], rel=1e-9)
 
 
 @pytest.mark.parametrize("kwargs, field", [

@@ -45,6 +45,7 @@ class Request:
     preemptions: int = 0
     group: int = 0  # attention data-parallel group it runs on
     handoff_s: float = math.nan  # disaggregated: when its KV cache reached the decode worker
+    held_first: bool = False  # disaggregated: its first token waits for the decode worker (hold_first)
     spec_credit: float = 0.0  # speculative decoding: the fraction of a token carried to its next step
 
     def __post_init__(self) -> None:
@@ -70,12 +71,28 @@ class Request:
         if self.kv_tokens < self.prefill_target:
             return False
         self.generated += emit
+        self.release_first(now)
         self.token_times.extend([now] * emit)
         if self.generated == 1:
             self.first_token_s = now
         if self.done:
             self.finish_s = now
         return True
+
+    def hold_first(self) -> None:
+        """Disaggregated serving: the first token, sampled at the end of the prefill on the prefill
+        worker, is not streamed from there; it reaches the client with the decode worker's output, at
+        the end of that worker's first step on this request (``simcore.serving.simulate``, hand-off)."""
+        self.first_token_s = math.nan
+        self.token_times.clear()
+        self.held_first = True
+
+    def release_first(self, now: float) -> None:
+        """A held first token reaches the client at ``now``, with the token the step emits."""
+        if self.held_first:
+            self.held_first = False
+            self.first_token_s = now
+            self.token_times.append(now)
 
     def reset_for_recompute(self) -> None:
         """Preempted with recompute (vLLM's default, SGLang's retraction): its KV is dropped, and the

@@ -4,13 +4,25 @@ Arrivals (:class:`ServingConfig`): ``closed`` (``concurrency`` clients, each sen
 the moment one completes, as ``vllm bench serve --max-concurrency``, SGLang's ``bench_serving`` and
 genai-perf do; all at once, or with ``stagger`` spread over one unloaded request's duration, the state a
 benchmark's warm-up leaves them in: with fixed lengths, clients that start together stay in lock-step), ``poisson`` at ``rate`` requests/s, or a ``trace`` CSV (``arrival_s,input_len,output_len``).
-A router sends each request to the worker with the fewest outstanding requests.
+A router sends each request to the worker with the fewest outstanding requests (on a decode pool,
+the hand-offs already routed to a worker whose KV is still in transit count: :attr:`Worker.load`).
 
-Disaggregated plans: a prefill worker computes the prompt and emits the first token, then the prompt's
-KV cache moves to the least-loaded decode worker. With a topology graph the move is network flows
-(each prefill GPU sends its shard to a decode GPU, contending with every other transfer on the same
-links; prefill workers are placed on the first GPUs, decode workers after them); without one it takes
-the idle-fabric time of the same bytes.
+Disaggregated plans: a prefill worker computes the prompt and samples the first token, then the
+prompt's KV cache moves to the least-loaded decode worker. With a topology graph the move is network
+flows (each prefill GPU sends its shard to a decode GPU, contending with every other transfer on the
+same links; prefill workers are placed on the first GPUs, decode workers after them); without one it
+takes the idle-fabric time of the same bytes. The client sees the first token only with the decode
+worker's output, at the end of its first step on the request (:meth:`Request.hold_first`), so TTFT is
+the prefill, the KV transfer, the wait for the decode worker's next step and that step, as the runtimes
+stream it: TensorRT-LLM's disaggregated serving returns the first token through the generation worker
+("TTFT = prefill computation time + full KV transfer time", NVIDIA/TensorRT-LLM issue #9212; returning
+it from the context worker ahead of time was proposed in PR #6512 and closed, its discussion noting
+that "other frameworks return the first token via generation worker"); vLLM's P/D proxies stream the
+decode instance only (the prefill's response carries ``kv_transfer_params`` and is not streamed,
+vllm-project/vllm issue #36308); SGLang's router sends each request to both servers and streams the
+decode server, which polls the transfer and then admits the request (``disaggregation/decode.py``:
+transfer queue, prebuilt batch, running batch; it streams the prefill's token at admission, one decode
+step before this model does).
 
 Seesaw plans (``mode`` ``seesaw``): each worker alternates a prefill and a decode layout over the same
 GPUs, parking prefilled KV in host memory in between (:mod:`.seesaw`; no network flows).
@@ -222,7 +234,9 @@ class _Cluster(RequestIntake):
         min(entry, key=lambda w: w.load).submit(req)
 
     def _handoff(self, req: Request, src: Worker) -> None:
+        req.hold_first()  # streamed by the decode worker (module doc)
         dst = min(self.pools["decode"], key=lambda w: w.load)
+        dst.incoming += 1  # outstanding there from now: the next hand-off sees it (Worker.load)
         self.env.process(self._transfer(req, src, dst))
 
     def _transfer(self, req: Request, src: Worker, dst: Worker):
@@ -236,6 +250,7 @@ class _Cluster(RequestIntake):
             fabric_bw = self.ctx.cluster.gpu.nic_bandwidth_bytes_per_s
             yield self.env.timeout(nbytes / n_src / fabric_bw)
         req.handoff_s = self.env.now
+        dst.incoming -= 1
         dst.submit(req)
 
 

@@ -71,6 +71,7 @@ class Worker:
         self._busy: set[int] = set()
         self._host_free = 0.0
         self.steps = 0
+        self.incoming = 0  # hand-offs routed here whose KV transfer has not finished
         self.gpu_busy_s = 0.0
         self.fast = fast
         env.process(self._loop())
@@ -92,7 +93,9 @@ class Worker:
 
     @property
     def load(self) -> int:
-        return sum(g.load for g in self.groups)
+        """Outstanding requests: those its groups hold, and those routed here whose KV is still on its
+        way (a disaggregated hand-off counts from the moment it is routed, as a router counts it)."""
+        return sum(g.load for g in self.groups) + self.incoming
 
     def _poke(self) -> None:
         if not self._wake.triggered:
@@ -215,6 +218,7 @@ class Worker:
             for req, _ in pick:
                 req.kv_tokens += done
                 req.generated += done
+                req.release_first(times[0])
                 req.token_times.extend(times)
                 if req.done:
                     req.finish_s = times[-1]
