@@ -31,6 +31,7 @@ import numpy as np
 
 from simcore.serving import get_runtime
 from simcore.serving.runtime import RuntimeProfile
+from validation import jsonline
 from validation.measure_moe import count
 from validation.split import split_label
 from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
@@ -103,17 +104,6 @@ def _layout(row: dict) -> str:
                       for role in ("prefill", "decode"))
 
 
-def _strict(value):
-    """``value`` with every nan (a median over no rows) as None, so the JSON line is strict JSON."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strict(v) for v in value]
-    return value
-
-
 def _signed(x: float) -> str:
     """A signed share, or ``n/a`` where there were no rows to take it over (nan)."""
     return "n/a" if x != x else f"{x:+.1%}"
@@ -177,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
                   f"({summary['median_signed_tpot_error']:+.1%}; <= {LOW_LOAD_CLIENTS} clients "
                   f"{_signed(summary['median_signed_tpot_error_low_load'])}, more "
                   f"{_signed(summary['median_signed_tpot_error_high_load'])})  [{summary['simulated']} simulated]")
-    print(json.dumps(_strict(result), allow_nan=False))
+    print(jsonline.dumps(result))
     return result
 
 

@@ -6,7 +6,6 @@ command checks the simulator against measurements this project never saw.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from simcore.apps.common import UserError, check_known_keys, cli_errors, config_errors_exit_2, run_dir
+from validation import jsonline
 
 __all__ = ["run", "main", "STUDIES"]
 
@@ -143,7 +143,7 @@ def run(cfg: DictConfig) -> dict:
         except ValueError as exc:  # a bad setting (an unknown scenario, strategies < 1): one line, exit 2
             raise UserError(f"study.{name}: {exc}") from exc
     print(f"run dir: {out}")
-    print(json.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str))
+    print(jsonline.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str))
     return summary
 
 

@@ -45,14 +45,16 @@ and per-mode tables and ends with one JSON line (printed by the app).
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
 import re
 from pathlib import Path
 
 import numpy as np
 
+from simcore.apps.common import atomic_write_text
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
+from validation import jsonline
 
 from .launch import REQUESTS_PER_CLIENT
 from .mapping import RowCase, map_row
@@ -227,10 +229,11 @@ def run(data: Path, out: Path, study=None) -> dict:
                   f"TPOT {m_tpot:6.2f} -> {tpot * 1e3:6.2f} ms")
     out.mkdir(parents=True, exist_ok=True)
     columns = list(cases[0].row.keys()) + list(_OUT_COLUMNS) if cases else list(_OUT_COLUMNS)
-    with (out / "rows.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(out / "rows.csv", text.getvalue())
     summary = {"study": "serving", "data": str(data)}
     for name in ("test", "fit"):
         part = [r for r in rows if r["set"] == name]
@@ -255,7 +258,7 @@ def run(data: Path, out: Path, study=None) -> dict:
         if r["skipped_reason"] and not r["duplicate_of"]:
             skipped[r["skipped_reason"]] = skipped.get(r["skipped_reason"], 0) + 1
     summary["skipped"] = skipped
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    atomic_write_text(out / "summary.json", jsonline.dumps(summary, indent=2, default=str) + "\n")
     print(f"\nskipped: {sum(skipped.values())} rows; " + "; ".join(f"{v} x {k}" for k, v in skipped.items()))
     print(f"duplicates: {summary['duplicates']} rows repeat another row's measurement, scored once")
     return summary
