@@ -182,6 +182,7 @@ def _app(name, *args, cwd):
     ("sim", ["serving.mem_fraction=1.5"], "serving.mem_fraction"),
     ("sim", ["serving.trace=TRACE_MISSING"], "output_len"),
     ("search", ["serving.trace=TRACE_NEGATIVE"], "input_len"),
+    ("search", ["serving.search.pool_seeds=-1"], "serving.search.pool_seeds"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     (tmp_path / "missing.csv").write_text("arrival_s,input_len\n0,10\n")

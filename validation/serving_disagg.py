@@ -17,6 +17,7 @@ more requests (``--confirm``) so the comparison does not rest on the search's sh
 Prints both plans per case, the winner and its margin (best tokens/s/GPU meeting the SLOs, disagg
 over agg), and ends with one JSON line. ``python -m validation.serving_disagg --cases small-dense``
 runs one case; ``--budget``, ``--method``, ``--concurrency deepseek-8node=512`` change the search.
+``--modes agg --method exact`` searches one mode only (here: every aggregated plan, the mode's optimum).
 ``--methods-on CASE`` instead runs every search method on the case's joint space (both modes) at the
 same budget over ``--seeds`` seeds and reports each one's fraction of the exact optimum.
 """
@@ -67,6 +68,7 @@ CASES = {
                             max_num_seqs=(16, 32, 64, 128)),
 }
 DEFAULT_CASES = ("deepseek-8node", "deepseek-8node-c192", "small-dense")
+MODES = ("agg", "disagg")
 
 
 def _scenario(case: Case, requests_per_client: int):
@@ -87,14 +89,16 @@ def _row(result) -> dict:
             "tpot_ms": round(m.tpot_s["mean"] * 1e3, 2), "goodput": round(m.goodput, 3)}
 
 
-def compare(name: str, case: Case, method: str, budget: int, seed: int, confirm: int) -> dict:
-    """Best plan of each mode, re-simulated at ``confirm`` requests per client; winner and margin."""
+def compare(name: str, case: Case, method: str, budget: int, seed: int, confirm: int,
+            modes: tuple[str, ...] = MODES) -> dict:
+    """Best plan of each mode, re-simulated at ``confirm`` requests per client; winner and margin (when
+    both modes are searched)."""
     ctx, cfg, graph = _scenario(case, case.requests_per_client)
     _, long_cfg, _ = _scenario(case, confirm)
     out = {"case": name, "model": case.model, "gpus": ctx.cluster.num_gpus, "runtime": case.runtime,
            "concurrency": case.concurrency, "isl": case.isl, "osl": case.osl,
            "slo": {"ttft_ms": case.ttft_ms, "tpot_ms": case.tpot_ms}, "method": method, "budget": budget}
-    for mode in ("agg", "disagg"):
+    for mode in modes:
         search = OmegaConf.structured(replace_search(budget, mode, case))
         started = time.perf_counter()
         ev, _ = search_plans(ctx, cfg, search, method, seed, graph=graph)
@@ -114,13 +118,13 @@ def compare(name: str, case: Case, method: str, budget: int, seed: int, confirm:
                 entry["closest"] = _row(closest.result) | {"ttft_over_pct": round(100 * closest.ttft_over, 1),
                                                            "tpot_over_pct": round(100 * closest.tpot_over, 1)}
         out[mode] = entry
-    a, d = (out[m].get("search", {}).get("tokens_per_s_per_gpu") for m in ("agg", "disagg"))
+    a, d = (out.get(m, {}).get("search", {}).get("tokens_per_s_per_gpu") for m in MODES)
     if a and d:
         out["winner"] = "disagg" if d > a else "agg"
         out["margin"] = round(max(a, d) / min(a, d) - 1, 4)
         out["disagg_over_agg"] = round(d / a, 4)
     else:
-        out["winner"] = "disagg" if d else ("agg" if a else None)
+        out["winner"] = ("disagg" if d else ("agg" if a else None)) if len(modes) == 2 else None
         out["margin"] = None
     return out
 
@@ -133,7 +137,9 @@ def _print(r: dict) -> None:
     print(f"\n{r['case']}: {r['model']} on {r['gpus']} GPUs, {r['runtime']}, {r['concurrency']} clients, "
           f"ISL {r['isl']} OSL {r['osl']}, TTFT <= {r['slo']['ttft_ms']:g} ms, TPOT <= {r['slo']['tpot_ms']:g} ms "
           f"({r['method']}, {r['budget']} simulations per mode)")
-    for mode in ("agg", "disagg"):
+    for mode in MODES:
+        if mode not in r:
+            continue
         e = r[mode]
         if e["met"]:
             s, c = e["search"], e["confirmed"]
@@ -149,6 +155,8 @@ def _print(r: dict) -> None:
                                                          f"TPOT +{c['tpot_over_pct']}%" if c else ""))
     if r["margin"] is not None:
         print(f"  winner: {r['winner']} by {100 * r['margin']:.1f}% tokens/s/GPU")
+    elif not all(m in r for m in MODES):
+        print("  (one mode searched: no winner)")
     else:
         print(f"  winner: {r['winner'] or 'none'} (the other mode meets no SLO)")
 
@@ -174,7 +182,7 @@ def methods_table(name: str, budget: int, seeds: int) -> dict:
         if method == "exact":
             continue
         fractions = []
-        for seed in range(1 if method == "megatron" else seeds):
+        for seed in range(1 if method in ("megatron", "poolwise") else seeds):  # deterministic
             ev, _ = search_plans(ctx, cfg, joint, method, seed, graph=graph)
             fractions.append(max(ev.best_value, 0.0) / optimum)
         rows[method] = {"median": round(float(np.median(fractions)), 3), "worst": round(min(fractions), 3)}
@@ -195,6 +203,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--methods-on", choices=list(CASES), help="compare every method on this case instead")
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--runtime", choices=list(RUNTIMES), help="serve every chosen case with this runtime profile")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                    help="search only these modes (e.g. --modes agg --method exact: the aggregated optimum)")
     args = ap.parse_args(argv)
     if args.methods_on:
         table = methods_table(args.methods_on, args.budget, args.seeds)
@@ -208,13 +218,16 @@ def main(argv=None) -> dict:
             case = replace(case, requests_per_client=args.requests_per_client)
         if args.runtime:
             case = replace(case, runtime=args.runtime)
-        results[name] = compare(name, case, args.method, args.budget, args.seed, args.confirm)
+        results[name] = compare(name, case, args.method, args.budget, args.seed, args.confirm,
+                                tuple(m for m in MODES if m in args.modes))
         _print(results[name])
     line = {k: {"winner": v["winner"], "margin": v["margin"],
-                "agg_closest_miss": v["agg"].get("closest"), "disagg_closest_miss": v["disagg"].get("closest"),
-                "agg": v["agg"].get("search", {}).get("tokens_per_s_per_gpu"),
-                "disagg": v["disagg"].get("search", {}).get("tokens_per_s_per_gpu"),
-                "agg_plan": v["agg"].get("search", {}).get("plan"), "disagg_plan": v["disagg"].get("search", {}).get("plan")}
+                "agg_closest_miss": v.get("agg", {}).get("closest"),
+                "disagg_closest_miss": v.get("disagg", {}).get("closest"),
+                "agg": v.get("agg", {}).get("search", {}).get("tokens_per_s_per_gpu"),
+                "disagg": v.get("disagg", {}).get("search", {}).get("tokens_per_s_per_gpu"),
+                "agg_plan": v.get("agg", {}).get("search", {}).get("plan"),
+                "disagg_plan": v.get("disagg", {}).get("search", {}).get("plan")}
             for k, v in results.items()}
     print(json.dumps(line))
     return results

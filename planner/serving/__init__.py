@@ -7,8 +7,9 @@ Entry points: :func:`run_serving_search` (``shard-search workload=serving``, see
   max_num_seqs, speculative decoding's draft tokens) with conditional masks; Megatron's per-operator sharding in every pool
 - :mod:`.evaluator`: memoized ``simulate_serving`` behind a budget of simulations; the objective
   (tokens/s per GPU under the SLOs, a graded penalty for misses)
-- :mod:`.methods`: PPO, the metaheuristics, the Megatron-style heuristic, exact enumeration,
-  Optuna's TPE and CMA-ES
+- :mod:`.poolwise`: disaggregated seeds chosen pool by pool (DistServe's placement) for every warm start
+- :mod:`.methods`: PPO, the metaheuristics, the Megatron-style heuristic, the warm start alone, exact
+  enumeration, Optuna's TPE and CMA-ES
 - :mod:`.pareto`: the front across loads, the best plan per SLO, the closest misses
 """
 
@@ -16,7 +17,9 @@ from .app import run_serving_search, search_plans
 from .evaluator import Record, ServingEvaluator, slo_miss
 from .methods import METHODS, method_config, run_method
 from .pareto import best_per_slo, closest_misses, pareto_mask, sweep_loads
+from .poolwise import pool_seeds
 from .space import ServingSpace
 
 __all__ = ["run_serving_search", "search_plans", "ServingSpace", "ServingEvaluator", "Record", "slo_miss",
-           "METHODS", "method_config", "run_method", "pareto_mask", "sweep_loads", "best_per_slo", "closest_misses"]
+           "METHODS", "method_config", "run_method", "pareto_mask", "sweep_loads", "best_per_slo", "closest_misses",
+           "pool_seeds"]

@@ -59,6 +59,8 @@ def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
         raise UserError(f"planner.name: {method!r} is not a serving method; choose one of {', '.join(METHODS)}")
     if int(search.budget) < 1:
         raise UserError(f"serving.search.budget must be >= 1, got {search.budget}")
+    if int(search.get("pool_seeds", 4)) < 0:
+        raise UserError(f"serving.search.pool_seeds must be >= 0, got {search.pool_seeds}")
     longest = int(scfg.input_len.mean + scfg.output_len.mean)
     return ServingSpace(ctx, scfg.runtime_profile(), max_len=longest, tp=search.tp, ep=search.ep,
                         pp=tuple(search.pp), max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),
@@ -73,7 +75,8 @@ def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=Non
     space = space or serving_space(ctx, scfg, search, method)
     runtime = scfg.runtime_profile()
     ev = ServingEvaluator(ctx, space, scfg, int(search.budget), graph=graph, runtime=runtime,
-                          max_proposals=int(search.max_proposals) * int(search.budget), journal=journal)
+                          max_proposals=int(search.max_proposals) * int(search.budget), journal=journal,
+                          pool_seeds=int(search.get("pool_seeds", 4)))
     info = run_method(method, ev, method_config(pcfg), seed, stop=stop, exact_limit=int(search.exact_limit))
     return ev, info
 

@@ -16,7 +16,8 @@ The objective, shared by every method (the metaheuristics and PPO read it as "th
   to 0 the less it misses, so searches are pulled toward feasibility;
 - a plan that cannot run (its KV cache does not hold the load, a request stalls): invalid.
 
-``reference`` is the best throughput of the warm start (the Megatron-style plans), as in
+``reference`` is the best throughput of the Megatron-style plans of the warm start (of its pool-by-pool
+disaggregated seeds, :mod:`planner.serving.poolwise`, where none of those runs), as in
 :class:`planner.evaluator.Evaluator`.
 """
 
@@ -31,6 +32,7 @@ import numpy as np
 from simcore.serving import ServingConfig, ServingPlan, ServingResult, simulate_serving
 
 from ..evaluator import Outcome
+from .poolwise import pool_seeds
 from .space import ServingSpace
 
 __all__ = ["ServingEvaluator", "Record", "slo_miss"]
@@ -73,7 +75,7 @@ class ServingEvaluator:
     """Memoized :func:`simulate_serving` behind ``budget`` simulations (see the module docstring)."""
 
     def __init__(self, ctx, space: ServingSpace, cfg: ServingConfig, budget: int, graph=None, runtime=None,
-                 max_proposals: int | None = None, journal=None) -> None:
+                 max_proposals: int | None = None, journal=None, pool_seeds: int = 4) -> None:
         if budget < 1:
             raise ValueError(f"serving.search.budget must be >= 1, got {budget}")
         self.ctx, self.actions, self.cfg, self.graph, self.runtime = ctx, space, cfg, graph, runtime
@@ -87,6 +89,9 @@ class ServingEvaluator:
         self.order: list[tuple[int, ...]] = []  # every proposal's key, in order
         self.listener = None
         self.journal = journal  # a planner.serving.journal.SimJournal: simulations kept and replayed
+        if pool_seeds < 0:
+            raise ValueError(f"serving.search.pool_seeds must be >= 0, got {pool_seeds}")
+        self.pool_seeds = int(pool_seeds)  # disaggregated seeds of the warm start (planner.serving.poolwise)
 
     # ----- budget ----------------------------------------------------------------------------------
     @property
@@ -173,12 +178,19 @@ class ServingEvaluator:
         return Outcome(np.array(keys, dtype=np.int64).reshape(-1, self.actions.num_heads), np.array(values, dtype=float),
                        np.array(valid, dtype=bool))
 
-    def warm_start(self) -> Outcome:
-        """The Megatron-style plans at every ``max_num_seqs``; sets :attr:`reference` to their best
-        throughput (met SLOs or not)."""
-        out = self.evaluate_actions(np.array(self.actions.megatron()))
-        tputs = [self.records[tuple(k)].tokens_per_s_per_gpu for k, ok in zip(out.keys.tolist(), out.valid, strict=True)
-                 if ok]
+    def warm_start(self, seeds: bool = True) -> Outcome:
+        """The Megatron-style plans at every ``max_num_seqs``, then (``seeds``) the ``pool_seeds``
+        disaggregated plans the pool-by-pool screening ranks first (:func:`planner.serving.poolwise.pool_seeds`;
+        at most ``budget // 8`` of them);
+        sets :attr:`reference` to the best throughput of the former (met SLOs or not), else of the latter."""
+        heuristic = np.array(self.actions.megatron())
+        # the seeds take at most an eighth of the budget, so a small budget is left to the search itself
+        extra = pool_seeds(self.actions, self.cfg, min(self.pool_seeds, self.budget // 8)) if seeds else []
+        out = self.evaluate_actions(np.concatenate([heuristic, np.array(extra, dtype=np.int64).reshape(-1, heuristic.shape[1])]))
+        runs = [(k, self.records[tuple(k)].tokens_per_s_per_gpu) for k, ok in zip(out.keys.tolist(), out.valid, strict=True)
+                if ok]
+        megatron = {tuple(int(x) for x in a) for a in heuristic.tolist()}
+        tputs = [t for k, t in runs if tuple(k) in megatron] or [t for _, t in runs]
         if tputs and max(tputs) > 0:
             self.reference = float(max(tputs))
         values = np.array([self.lookup(k) if ok else np.nan for k, ok in zip(out.keys, out.valid, strict=True)])

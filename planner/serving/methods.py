@@ -5,12 +5,15 @@
   neighbourhoods are the per-operator moves of the static space) and without the diverse elite;
 - ``random``, ``random-walk``, ``annealing``, ``genetic``: :mod:`planner.baselines` unchanged;
 - ``megatron``: the Megatron-style heuristic alone (:meth:`ServingSpace.megatron`);
+- ``poolwise``: the warm start alone: the Megatron-style plans and the disaggregated plans that a pool-by-pool
+  screening ranks first (DistServe's placement, aiconfigurator's disaggregated search;
+  :mod:`planner.serving.poolwise`), each simulated;
 - ``exact``: every plan of the space, when it holds at most ``exact_limit``;
 - ``tpe``, ``cmaes``: Optuna's samplers (the optional extra ``.[optuna]``; CMA-ES needs ``cmaes``),
   one integer parameter per head, each proposal projected onto the masks (:meth:`ServingSpace.project`).
 
-Every method but ``exact`` starts from the same warm start (the heuristic's plans) and stops when the
-budget of simulations is spent.
+Every method but ``megatron`` starts from the same warm start (the heuristic's plans and the pool-by-pool
+seeds, ``serving.search.pool_seeds`` of them) and stops when the budget of simulations is spent.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ __all__ = ["METHODS", "run_method", "method_config"]
 
 _ITERATIVE = {"ppo": PPOSearch, "random": RandomSearch, "random-walk": RandomWalk, "annealing": Annealing,
               "genetic": Genetic}
-METHODS = (*_ITERATIVE, "megatron", "exact", "tpe", "cmaes")
+METHODS = (*_ITERATIVE, "megatron", "poolwise", "exact", "tpe", "cmaes")
 
 
 def method_config(pcfg=None, **overrides) -> SimpleNamespace:
@@ -53,8 +56,8 @@ def run_method(name: str, ev: ServingEvaluator, cfg: SimpleNamespace, seed: int,
         planner.start(ev)
         planner.run(ev, ev.budget, stop)
         return {"metrics": list(getattr(planner, "metrics", []))}
-    if name == "megatron":
-        ev.warm_start()
+    if name in ("megatron", "poolwise"):
+        ev.warm_start(seeds=name == "poolwise")
         return {}
     if name == "exact":
         size = ev.actions.size

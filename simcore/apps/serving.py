@@ -57,7 +57,8 @@ class ServingSearchConfig:
     decode step, 0 = off; ``null``: not searched, ``serving.spec_tokens`` for every plan); ``loads`` multiply the configured
     concurrency (or rate) for the Pareto front, on which the ``pareto_plans`` best plans of each mode
     are simulated; ``tpot_grid_ms``: TPOT targets of the best-plan-per-SLO table (TTFT stays the
-    configured one); ``exact_limit``: most plans ``planner=exact`` enumerates."""
+    configured one); ``exact_limit``: most plans ``planner=exact`` enumerates; ``pool_seeds``: disaggregated
+    plans the warm start adds, ranked pool by pool (``planner.serving.poolwise``; 0: none)."""
 
     budget: int = 64
     tp: list[int] | None = None
@@ -71,6 +72,7 @@ class ServingSearchConfig:
     tpot_grid_ms: list[float] = field(default_factory=lambda: [20.0, 35.0, 50.0, 100.0])
     exact_limit: int = 3000
     max_proposals: int = 20  # proposals per budgeted simulation before a method is stopped
+    pool_seeds: int = 4
 
 
 @dataclass

@@ -1,0 +1,26 @@
+"""validation.serving_disagg: one mode searched alone (its optimum with --method exact), both compared."""
+
+from __future__ import annotations
+
+import json
+
+from validation import serving_disagg
+
+
+def test_one_mode_alone_names_no_winner(capsys):
+    out = serving_disagg.main(["--cases", "small-dense", "--modes", "agg", "--budget", "3", "--confirm", "2"])
+    r = out["small-dense"]
+    assert "agg" in r and "disagg" not in r
+    assert r["winner"] is None and r["margin"] is None
+    assert r["agg"]["sims"] <= 3 and r["agg"]["met"]
+    printed = capsys.readouterr().out
+    assert "one mode searched" in printed
+    line = json.loads(printed.strip().splitlines()[-1])
+    assert line["small-dense"]["disagg"] is None and line["small-dense"]["agg"] > 0
+
+
+def test_both_modes_name_the_winner():
+    r = serving_disagg.main(["--cases", "small-dense", "--budget", "8", "--confirm", "2"])["small-dense"]
+    a, d = r["agg"]["search"]["tokens_per_s_per_gpu"], r["disagg"]["search"]["tokens_per_s_per_gpu"]
+    assert r["winner"] == ("agg" if a > d else "disagg")
+    assert r["margin"] == round(max(a, d) / min(a, d) - 1, 4)

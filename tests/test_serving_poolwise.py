@@ -1,0 +1,110 @@
+"""The pool-by-pool screening of disaggregated plans (planner.serving.poolwise) and its seeds in the warm start."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.serving import ServingEvaluator, method_config, run_method
+from planner.serving.poolwise import DecodeScreen, md1_max_utilization, pool_seeds, screen_prefill
+from planner.serving.space import ServingSpace
+from simcore.cluster import Cluster
+from simcore.lowering import CostContext
+from simcore.models import get_model
+from simcore.serving import (
+    LengthDist,
+    Pool,
+    ServingConfig,
+    ServingPlan,
+    get_runtime,
+    runtime_strategy,
+    simulate_serving,
+)
+from simcore.serving.step_cost import StepCost
+from simcore.workload import Workload
+
+
+def _case(modes=("agg", "disagg"), concurrency=24, ttft=0.5, tpot=0.02, model="llama-3.1-8b", tp=(1, 2, 4)):
+    ctx = CostContext(get_model(model), Workload(precision="fp8", input_len=1024, output_len=64),
+                      Cluster.simple("h100-sxm", 8))
+    cfg = ServingConfig(concurrency=concurrency, num_requests=4 * concurrency, input_len=LengthDist(mean=1024),
+                        output_len=LengthDist(mean=64), runtime="vllm", ttft_slo_s=ttft, tpot_slo_s=tpot)
+    space = ServingSpace(ctx, get_runtime("vllm"), max_len=1088, tp=tp, pp=(1,), max_num_seqs=(8, 32, 64),
+                         modes=modes)
+    return ctx, cfg, space
+
+
+def _costs(space):
+    return {lay: StepCost(space.ctx, runtime_strategy(*lay), space.runtime) for lay in space.layouts}
+
+
+def test_md1_utilization_meets_the_slo_exactly():
+    step, slo = 0.1, 0.35
+    rho = md1_max_utilization(step, slo)
+    assert 0 < rho < 1
+    assert step * (1 + rho / (2 * (1 - rho))) == pytest.approx(slo, rel=1e-12)  # the M/D/1 mean sojourn
+    assert md1_max_utilization(step, None) == 1.0
+    assert md1_max_utilization(0.5, 0.4) == 0.0  # one step alone misses
+
+
+def test_seeds_are_distinct_disaggregated_plans_of_the_space():
+    _, cfg, space = _case()
+    seeds = pool_seeds(space, cfg, 4)
+    assert 1 <= len(seeds) <= 4
+    assert space.inside(np.array(seeds)).all()
+    plans = [space.plan(a) for a in seeds]
+    assert all(p.mode == "disagg" for p in plans)
+    assert len({tuple(a.tolist()) for a in seeds}) == len(seeds)
+    assert pool_seeds(space, cfg, 0) == []
+    _, cfg, agg_only = _case(modes=("agg",))
+    assert pool_seeds(agg_only, cfg, 4) == []
+
+
+def test_screened_pools_meet_their_slos():
+    _, cfg, space = _case()
+    costs = _costs(space)
+    for p in screen_prefill(space, costs, cfg):
+        assert p.step_s <= cfg.ttft_slo_s and p.capacity_rps > 0
+    screen = DecodeScreen(space, costs, cfg)
+    options = [screen.option(lay, 64, 24.0) for lay in space.layouts]
+    assert any(o is not None for o in options)
+    assert all(o.tpot_s <= cfg.tpot_slo_s for o in options if o is not None)
+    _, strict, space_strict = _case(tpot=1e-4)  # a TPOT no step meets: no decode option, no seed
+    assert all(DecodeScreen(space_strict, costs, strict).option(lay, 64, 24.0) is None for lay in space.layouts)
+    assert pool_seeds(space_strict, strict, 4) == []
+
+
+def test_screened_tpot_is_the_simulated_tpot():
+    """A decode worker fed by one prefill worker at a closed loop it can hold whole: the simulator's mean
+    TPOT is the screening's step at that batch (the same step cost; the simulator adds the prompts'
+    arrivals and hand-offs, so a batch that is not always full). A 70B model, so the GPU's step, not the
+    host's, sets the TPOT, and it differs by layout."""
+    ctx, cfg, space = _case(concurrency=16, ttft=None, tpot=None, model="llama-3.1-70b", tp=(2, 4))
+    screen = DecodeScreen(space, _costs(space), cfg)
+    tpots = {}
+    for lay in ((2, 1, 1), (4, 1, 1)):
+        screened = screen.option(lay, 64, 16.0)
+        assert screened.tpot_s > space.runtime.host_s(16)
+        plan = ServingPlan("disagg", prefill=Pool(runtime_strategy(tp=4), 1, 64), decode=Pool(runtime_strategy(*lay), 1, 64))
+        sim = simulate_serving(ctx, plan, cfg)
+        assert sim.feasible
+        assert sim.metrics.tpot_s["mean"] == pytest.approx(screened.tpot_s, rel=0.1)
+        tpots[lay] = screened.tpot_s
+    assert tpots[(4, 1, 1)] < 0.8 * tpots[(2, 1, 1)]
+
+
+def test_warm_start_adds_the_seeds_within_an_eighth_of_the_budget():
+    ctx, cfg, space = _case()
+    heuristic = len(space.megatron())
+    ev = ServingEvaluator(ctx, space, cfg, budget=16, pool_seeds=4)
+    run_method("poolwise", ev, method_config(), 0)
+    assert ev.sims == heuristic + 2  # 16 // 8
+    assert sum(r.plan.mode == "disagg" for r in ev.records.values()) == 2
+    ev = ServingEvaluator(ctx, space, cfg, budget=16, pool_seeds=4)
+    run_method("megatron", ev, method_config(), 0)
+    assert ev.sims == heuristic and all(r.plan.mode == "agg" for r in ev.records.values())
+    ev = ServingEvaluator(ctx, space, cfg, budget=64, pool_seeds=0)
+    run_method("poolwise", ev, method_config(), 0)
+    assert ev.sims == heuristic
+    with pytest.raises(ValueError, match="pool_seeds"):
+        ServingEvaluator(ctx, space, cfg, budget=8, pool_seeds=-1)
