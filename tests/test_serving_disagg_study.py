@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from validation import serving_disagg
 
 
@@ -24,3 +26,12 @@ def test_both_modes_name_the_winner():
     a, d = r["agg"]["search"]["tokens_per_s_per_gpu"], r["disagg"]["search"]["tokens_per_s_per_gpu"]
     assert r["winner"] == ("agg" if a > d else "disagg")
     assert r["margin"] == round(max(a, d) / min(a, d) - 1, 4)
+
+
+def test_screen_prints_screened_against_simulated(capsys):
+    rows = serving_disagg.main(["--cases", "small-dense", "--screen"])["screen"]
+    assert 1 <= len(rows) <= 4
+    for r in rows:
+        assert r["plan"].startswith("disagg")
+        assert r["simulated"]["tpot_ms"] == pytest.approx(r["screened"]["tpot_ms"], rel=0.1)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["screen"] == rows

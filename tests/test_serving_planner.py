@@ -24,7 +24,15 @@ from planner.serving import (
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.models import get_model
-from simcore.serving import LengthDist, Pool, ServingConfig, ServingPlan, get_runtime, simulate_serving
+from simcore.serving import (
+    LengthDist,
+    Pool,
+    ServingConfig,
+    ServingPlan,
+    get_runtime,
+    runtime_strategy,
+    simulate_serving,
+)
 from simcore.strategy import megatron_strategy
 from simcore.workload import Workload
 
@@ -133,6 +141,20 @@ def test_unmeetable_slos_report_the_closest_misses():
         assert m["tpot_over_pct"] > 0
     assert [max(m["ttft_over_pct"], m["tpot_over_pct"]) for m in misses] == \
         sorted(max(m["ttft_over_pct"], m["tpot_over_pct"]) for m in misses)
+
+
+def test_closest_misses_list_a_plan_once_whatever_its_unreached_max_num_seqs():
+    """24 clients never reach 64 or 128 running sequences on one worker: the three plans simulate alike and
+    are listed once; a plan of another layout is listed after it."""
+    ctx, cfg, space = _case(ttft=1e-4, tpot=1e-4, seqs=(32, 64, 128), tp=(1, 2))
+    ev = ServingEvaluator(ctx, space, cfg, budget=8)
+    for tp in (1, 2):
+        for seqs in (32, 64, 128):
+            ev.evaluate_actions(space.action_of(ServingPlan("agg", pool=Pool(runtime_strategy(tp=tp), 1, seqs)))[None])
+    assert len(ev.records) == 6
+    misses = closest_misses(ev.records.values(), k=3)
+    assert len(misses) == 2  # one per layout
+    assert {m["plan"].split(", seqs")[0] for m in misses} == {"agg 1x(tp1 ep1 pp1", "agg 1x(tp2 ep1 pp1"}
 
 
 def test_pareto_front_is_non_dominated():

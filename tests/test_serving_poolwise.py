@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from planner.serving import ServingEvaluator, method_config, run_method
-from planner.serving.poolwise import DecodeScreen, md1_max_utilization, pool_seeds, screen_prefill
+from planner.serving.poolwise import (
+    DecodeScreen,
+    PrefillOption,
+    closed_loop_ttft,
+    first_wave_ttft,
+    pool_seeds,
+    prefill_ttft,
+    screen_plans,
+    screen_prefill,
+)
 from planner.serving.space import ServingSpace
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
@@ -38,13 +49,44 @@ def _costs(space):
     return {lay: StepCost(space.ctx, runtime_strategy(*lay), space.runtime) for lay in space.layouts}
 
 
-def test_md1_utilization_meets_the_slo_exactly():
-    step, slo = 0.1, 0.35
-    rho = md1_max_utilization(step, slo)
-    assert 0 < rho < 1
-    assert step * (1 + rho / (2 * (1 - rho))) == pytest.approx(slo, rel=1e-12)  # the M/D/1 mean sojourn
-    assert md1_max_utilization(step, None) == 1.0
-    assert md1_max_utilization(0.5, 0.4) == 0.0  # one step alone misses
+def test_prefill_queue():
+    p = PrefillOption((2, 1, 1), one_s=0.1, full_s=0.4, per_group=4)
+    assert p.step_s(1) == 0.1 and p.step_s(4) == 0.4 and p.step_s(2.5) == pytest.approx(0.25)
+    assert p.capacity_rps == pytest.approx(10.0)
+    assert prefill_ttft(p, 1, 1e-6) == pytest.approx(0.1, rel=1e-4)  # alone: its own step
+    ttfts = [prefill_ttft(p, 1, r) for r in (1.0, 4.0, 8.0, 9.9)]
+    assert ttfts == sorted(ttfts) and ttfts[-1] > 10 * ttfts[0]  # queueing grows toward capacity
+    assert prefill_ttft(p, 1, 10.0) == math.inf and prefill_ttft(p, 2, 10.0) < math.inf
+    # M/D/1 at one prompt a step: rate 5/s, T 0.1 s, rho 0.5: wait 0.5 x 0.1 / (2 x 0.5) = 0.05
+    assert prefill_ttft(PrefillOption((1, 1, 1), 0.1, 0.1, 1), 1, 5.0) == pytest.approx(0.15)
+    # every client at once: 40 prompts on 2 workers, 20 each, waves of 4: 5 waves, mean 3 full steps
+    assert first_wave_ttft(p, 2, 40) == pytest.approx(0.4 * 3)
+    assert first_wave_ttft(p, 2, 6) == pytest.approx(p.step_s(3))  # one step of 3 each
+
+
+def test_closed_loop_keeps_littles_law():
+    p = PrefillOption((2, 1, 1), one_s=0.1, full_s=0.4, per_group=4)
+    away = 3.0
+    for clients in (1, 8, 24):
+        ttft, rps = closed_loop_ttft(p, 1, clients, away)
+        assert rps * (ttft + away) == pytest.approx(clients, rel=1e-3)
+        assert rps < p.capacity_rps
+    ttft, rps = closed_loop_ttft(p, 1, 200, away)  # more clients than the pool serves: it saturates
+    assert 0.99 * p.capacity_rps < rps < p.capacity_rps
+    assert rps * (ttft + away) == pytest.approx(200, rel=1e-3) and ttft > 10
+
+
+def test_first_seed_meets_the_slos_in_simulation():
+    """The screening's best closed-loop plan, simulated: both means within their SLOs, its TPOT as
+    screened (the same step cost) and its TTFT no more than 40% above the screened one (the screening
+    leaves out the hand-off and the decode pool's queueing)."""
+    ctx, cfg, space = _case(concurrency=32, ttft=1.0, tpot=0.02, model="llama-3.1-70b", tp=(2, 4))
+    best = screen_plans(space, cfg, 1)
+    assert len(best) == 1
+    m = simulate_serving(ctx, best[0].plan, cfg).metrics
+    assert m.ttft_s["mean"] <= cfg.ttft_slo_s and m.tpot_s["mean"] <= cfg.tpot_slo_s
+    assert m.tpot_s["mean"] == pytest.approx(best[0].tpot_s, rel=0.1)
+    assert best[0].ttft_s < m.ttft_s["mean"] < 1.4 * best[0].ttft_s
 
 
 def test_seeds_are_distinct_disaggregated_plans_of_the_space():
@@ -64,7 +106,7 @@ def test_screened_pools_meet_their_slos():
     _, cfg, space = _case()
     costs = _costs(space)
     for p in screen_prefill(space, costs, cfg):
-        assert p.step_s <= cfg.ttft_slo_s and p.capacity_rps > 0
+        assert p.one_s <= cfg.ttft_slo_s and p.capacity_rps > 0
     screen = DecodeScreen(space, costs, cfg)
     options = [screen.option(lay, 64, 24.0) for lay in space.layouts]
     assert any(o is not None for o in options)

@@ -17,6 +17,7 @@ more requests (``--confirm``) so the comparison does not rest on the search's sh
 Prints both plans per case, the winner and its margin (best tokens/s/GPU meeting the SLOs, disagg
 over agg), and ends with one JSON line. ``python -m validation.serving_disagg --cases small-dense``
 runs one case; ``--budget``, ``--method``, ``--concurrency deepseek-8node=512`` change the search.
+``--screen`` prints the pool-by-pool screening's first seeds of each case, screened against simulated.
 ``--modes agg --method exact`` searches one mode only (here: every aggregated plan, the mode's optimum).
 ``--methods-on CASE`` instead runs every search method on the case's joint space (both modes) at the
 same budget over ``--seeds`` seeds and reports each one's fraction of the exact optimum.
@@ -161,9 +162,32 @@ def _print(r: dict) -> None:
         print(f"  winner: {r['winner'] or 'none'} (the other mode meets no SLO)")
 
 
-def methods_table(name: str, budget: int, seeds: int) -> dict:
+def screen_table(name: str, k: int = 4) -> list[dict]:
+    """The ``k`` disaggregated plans the pool-by-pool screening ranks first on case ``name``, screened
+    against simulated (tokens/s/GPU, mean TTFT, mean TPOT)."""
+    from planner.serving.poolwise import screen_plans
+    from planner.serving.space import ServingSpace
+
+    case = CASES[name]
+    ctx, cfg, graph = _scenario(case, case.requests_per_client)
+    space = ServingSpace(ctx, RUNTIMES[case.runtime], max_len=case.isl + case.osl, max_num_seqs=case.max_num_seqs)
+    rows = []
+    for sc in screen_plans(space, cfg, k):
+        m = simulate_serving(ctx, sc.plan, cfg, graph=graph).metrics
+        row = {"case": name, "plan": sc.plan.describe(),
+               "screened": {"tokens_per_s_per_gpu": round(sc.tokens_per_s_per_gpu, 1), "ttft_ms": round(sc.ttft_s * 1e3),
+                            "tpot_ms": round(sc.tpot_s * 1e3, 2)},
+               "simulated": {"tokens_per_s_per_gpu": round(m.output_tokens_per_s_per_gpu, 1),
+                             "ttft_ms": round(m.ttft_s["mean"] * 1e3), "tpot_ms": round(m.tpot_s["mean"] * 1e3, 2)}}
+        rows.append(row)
+        print(f"{name}: {row['plan']}: screened {row['screened']}, simulated {row['simulated']}")
+    return rows
+
+
+def methods_table(name: str, budget: int, seeds: int, pool_seeds: int | None = None) -> dict:
     """Every method at ``budget`` simulations on the joint space of case ``name``: the fraction of
-    the exact optimum (all plans simulated) each reaches, median and worst over the seeds."""
+    the exact optimum (all plans simulated) each reaches, median and worst over the seeds
+    (``pool_seeds``: the warm start's disaggregated seeds, ``None``: the default)."""
     import numpy as np
 
     from planner.serving import METHODS
@@ -172,6 +196,8 @@ def methods_table(name: str, budget: int, seeds: int) -> dict:
     ctx, cfg, graph = _scenario(case, case.requests_per_client)
     joint = OmegaConf.structured(replace(replace_search(budget, "agg", case), modes=["agg", "disagg"],
                                          exact_limit=100_000))
+    if pool_seeds is not None:
+        joint.pool_seeds = pool_seeds
     started = time.perf_counter()
     exact, _ = search_plans(ctx, cfg, joint, "exact", 0, graph=graph)
     optimum = exact.best_value
@@ -202,14 +228,22 @@ def main(argv=None) -> dict:
                     help="requests per client in the search (default: the case's, 4)")
     ap.add_argument("--methods-on", choices=list(CASES), help="compare every method on this case instead")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--pool-seeds", type=int, default=None,
+                    help="--methods-on: the warm start's disaggregated seeds (default: serving.search.pool_seeds)")
     ap.add_argument("--runtime", choices=list(RUNTIMES), help="serve every chosen case with this runtime profile")
+    ap.add_argument("--screen", action="store_true",
+                    help="print the screening's first disaggregated seeds of each case, screened against simulated")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                     help="search only these modes (e.g. --modes agg --method exact: the aggregated optimum)")
     args = ap.parse_args(argv)
     if args.methods_on:
-        table = methods_table(args.methods_on, args.budget, args.seeds)
+        table = methods_table(args.methods_on, args.budget, args.seeds, args.pool_seeds)
         print(json.dumps({k: v for k, v in table.items()}))
         return table
+    if args.screen:
+        rows = [row for name in args.cases for row in screen_table(name)]
+        print(json.dumps({"screen": rows}))
+        return {"screen": rows}
     conc = {k: int(v) for k, v in (s.split("=") for s in args.concurrency)}
     results = {}
     for name in args.cases:

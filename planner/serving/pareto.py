@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,12 +112,24 @@ def best_per_slo(rows: list[dict], ttft_slo_ms: float | None, tpot_grid_ms) -> l
 
 def closest_misses(records, k: int = 3) -> list[dict]:
     """The ``k`` simulated plans that miss the SLOs least (the larger relative miss first), with the
-    percentage each mean is over its target."""
+    percentage each mean is over its target. A plan that differs from one already listed only in a
+    ``max_num_seqs`` the load never reaches (same layouts and workers, the same simulated TTFT and TPOT)
+    is not listed again."""
     ran = [r for r in records if r.feasible]
     ran.sort(key=lambda r: (max(r.ttft_over, r.tpot_over), r.miss))
-    return [{"plan": r.plan.describe(), "mode": r.plan.mode, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
-             "ttft_ms": r.result.metrics.ttft_s["mean"] * 1e3, "tpot_ms": r.result.metrics.tpot_s["mean"] * 1e3,
-             "ttft_over_pct": 100 * r.ttft_over, "tpot_over_pct": 100 * r.tpot_over} for r in ran[:k]]
+    out, seen = [], set()
+    for r in ran:
+        m = r.result.metrics
+        same = (re.sub(r", seqs \d+", "", r.plan.describe()), m.ttft_s["mean"], m.tpot_s["mean"])
+        if same in seen:
+            continue
+        seen.add(same)
+        out.append({"plan": r.plan.describe(), "mode": r.plan.mode, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
+                    "ttft_ms": m.ttft_s["mean"] * 1e3, "tpot_ms": m.tpot_s["mean"] * 1e3,
+                    "ttft_over_pct": 100 * r.ttft_over, "tpot_over_pct": 100 * r.tpot_over})
+        if len(out) == k:
+            break
+    return out
 
 
 def write_points(path: Path, rows: list[dict], columns=POINT_COLUMNS) -> None:

@@ -12,19 +12,22 @@ screening ranks first (:meth:`planner.serving.evaluator.ServingEvaluator.warm_st
 The screening prices steps with the simulator's own step cost (:class:`simcore.serving.step_cost.StepCost`
 and the runtime's host time, overlapped where the runtime overlaps it), nothing fitted of its own:
 
-- prefill worker of layout ``(tp, ep, pp)``: a step of ``k`` prompts of ``isl`` tokens in each of its
-  ``ep`` attention groups (``k`` = 1, or as many as the token budget holds); a prompt waits for its step
-  and for the steps queued before it, which an M/D/1 queue prices: at utilization ``rho`` the mean wait
-  is ``rho T / (2 (1 - rho))`` for a step of ``T``, so the TTFT SLO caps ``rho`` and the worker's
-  capacity is ``rho x`` its prompts per second;
+- prefill worker of layout ``(tp, ep, pp)``: a step of one prompt of ``isl`` tokens in each of its ``ep``
+  attention groups, and one of as many as the token budget holds (:class:`PrefillOption`);
 - decode worker: a step of the sequences it runs (``max_num_seqs`` and its KV cache bound them; closed-loop
-  clients put about ``clients / n_d`` on each of ``n_d`` workers, as nearly every client is decoding) at
-  the mean context ``isl + osl / 2``; kept where the step meets the TPOT SLO;
-- a pair of layouts with worker counts ``(n_p, n_d)`` from the worker-count head: requests per second
-  ``min(n_p x prefill capacity, n_d x decode capacity, offered)``, where closed-loop clients offer at
-  most ``clients / (prefill step + osl x TPOT)`` and Poisson arrivals their rate, over its GPUs, times
-  ``osl``: output tokens/s per GPU. The KV hand-off and the queueing in the decode pool are left to the
-  simulation that follows.
+  clients put about ``clients / n_d`` on each of ``n_d`` workers, as nearly every client is decoding, and
+  the workers must hold them all) at the mean context ``isl + osl / 2``; kept where the step meets the
+  TPOT SLO;
+- a pair of layouts with worker counts ``(n_p, n_d)`` from the worker-count head, and its mean TTFT
+  (:func:`prefill_ttft`): a prefill worker's step takes every prompt waiting, up to the token budget, so
+  its batch is what arrives during a step (``b = lambda T(b)``, ``T`` linear between the one-prompt and
+  the full-budget step), and a prompt waits as in an M/D/1 queue of those steps, then runs its own;
+  closed-loop clients arrive at ``clients / (TTFT + osl x TPOT)`` (solved with it),
+  and every client's first request arrives at once (waves of full steps), weighted by its share of the
+  requests; the runtime's request path and the decode worker's first step add to the TTFT. Kept where
+  the TTFT meets the SLO and the prefill pool keeps up; scored by its requests per second (capped by the
+  decode pool's ``n_d x`` sequences / (TPOT x osl)) times ``osl`` over its GPUs: output tokens/s per GPU.
+  The KV hand-off and the queueing in the decode pool are left to the simulation that follows.
 
 The screening only orders candidates; every seed is then simulated like any other plan, and a seed
 that screens well but simulates badly is just a poor plan in the history.
@@ -32,6 +35,7 @@ that screens well but simulates badly is just a poor plan in the history.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,45 +46,54 @@ from simcore.serving.step_cost import GroupBatch, StepCost
 
 from .space import MODE_VALUES, ServingSpace
 
-__all__ = ["pool_seeds", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "md1_max_utilization"]
+__all__ = ["pool_seeds", "screen_plans", "Screened", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "prefill_ttft",
+           "first_wave_ttft", "closed_loop_ttft"]
 
-#: prefill layouts kept for pairing (the best by prompts/s per GPU)
+#: prefill layouts kept for pairing (the most prompts/s per GPU)
 KEEP = 6
 
 
 @dataclass(frozen=True)
 class PrefillOption:
+    """A prefill worker of ``layout``: a step of one prompt in each attention group takes ``one_s``, of
+    ``per_group`` prompts (as many as the token budget holds) ``full_s``."""
+
     layout: tuple[int, int, int]
-    step_s: float  # one step of the option's prompts
-    capacity_rps: float  # prompts/s one worker takes with the TTFT SLO met on the mean
+    one_s: float
+    full_s: float
+    per_group: int
 
     @property
     def gpus(self) -> int:
         return int(np.prod(self.layout))
+
+    @property
+    def groups(self) -> int:
+        return self.layout[1]
+
+    @property
+    def capacity_rps(self) -> float:
+        """Prompts/s the worker prefills at full steps."""
+        return self.per_group * self.groups / self.full_s
+
+    def step_s(self, per_group: float) -> float:
+        """A step of ``per_group`` prompts in each group (linear between the two priced steps)."""
+        if self.per_group == 1:
+            return self.one_s
+        return self.one_s + (per_group - 1) / (self.per_group - 1) * (self.full_s - self.one_s)
 
 
 @dataclass(frozen=True)
 class DecodeOption:
     layout: tuple[int, int, int]
     max_num_seqs: int
+    sequences: int  # sequences the worker runs in its steps
     tpot_s: float
     capacity_rps: float  # requests/s one worker finishes (its sequences / (TPOT x osl))
 
     @property
     def gpus(self) -> int:
         return int(np.prod(self.layout))
-
-
-def md1_max_utilization(step_s: float, slo_s: float | None) -> float:
-    """Highest utilization of an M/D/1 server of service time ``step_s`` whose mean sojourn
-    ``step_s (1 + rho / (2 (1 - rho)))`` stays within ``slo_s`` (1 without an SLO; 0 when one step alone
-    misses it)."""
-    if slo_s is None:
-        return 1.0
-    if step_s > slo_s:
-        return 0.0
-    a = slo_s / step_s - 1.0  # the mean wait the SLO leaves, in steps
-    return 2.0 * a / (1.0 + 2.0 * a)
 
 
 def _step_s(cost: StepCost, runtime, batches: list[GroupBatch], seqs_per_group: int) -> float:
@@ -107,19 +120,61 @@ def _prompt_steps(cost: StepCost, runtime, isl: int, prompts: int, groups: int) 
 
 
 def screen_prefill(space: ServingSpace, costs: dict, cfg: ServingConfig) -> list[PrefillOption]:
-    """Each layout's best prefill option (module doc), best prompts/s per GPU first."""
+    """Each layout's prefill worker whose one-prompt step fits the TTFT SLO, most prompts/s per GPU first."""
     rt, isl = space.runtime, max(int(round(cfg.input_len.mean)), 1)
+    k = max(rt.max_num_batched_tokens // isl, 1)
     out = []
     for lay in space.layouts:
-        cost, best = costs[lay], None
-        for k in sorted({1, max(rt.max_num_batched_tokens // isl, 1)}):
-            step = _prompt_steps(cost, rt, isl, k, lay[1])
-            cap = md1_max_utilization(step, cfg.ttft_slo_s) * k * lay[1] / step
-            if cap > 0 and (best is None or cap > best.capacity_rps):
-                best = PrefillOption(lay, step, cap)
-        if best is not None:
-            out.append(best)
+        one = _prompt_steps(costs[lay], rt, isl, 1, lay[1])
+        if cfg.ttft_slo_s is None or one <= cfg.ttft_slo_s:
+            out.append(PrefillOption(lay, one, _prompt_steps(costs[lay], rt, isl, k, lay[1]) if k > 1 else one, k))
     return sorted(out, key=lambda o: -o.capacity_rps / o.gpus)
+
+
+def prefill_ttft(p: PrefillOption, workers: int, rps: float) -> float:
+    """Mean time from a prompt reaching ``workers`` prefill workers of ``p`` at ``rps`` (spread evenly)
+    to the end of its step; infinite when they cannot keep up. Each step takes the prompts that arrived
+    during the one before (up to the budget): the batch per group ``b`` solves ``b = rate T(b)`` (at least
+    one prompt). Arrivals from many independent clients are close to Poisson (a superposition of sparse
+    streams), so a prompt waits as in an M/D/1 queue of steps, ``rho T / (2 (1 - rho))`` at utilization
+    ``rho = rate T(b) / b``, then runs its own step."""
+    rate = rps / (workers * p.groups)  # prompts/s into one attention group
+    b = 1.0
+    for _ in range(100):
+        nxt = min(max(rate * p.step_s(b), 1.0), float(p.per_group))
+        if abs(nxt - b) < 1e-9:
+            break
+        b = nxt
+    step = p.step_s(b)
+    rho = rate * step / b
+    if rho >= 1.0:
+        return math.inf
+    return step + rho * step / (2.0 * (1.0 - rho))
+
+
+def first_wave_ttft(p: PrefillOption, workers: int, clients: int) -> float:
+    """Mean prefill time of ``clients`` prompts arriving at once on ``workers`` workers of ``p``: in waves
+    of full steps, each prompt done with its wave."""
+    per_group = clients / (workers * p.groups)
+    if per_group <= p.per_group:
+        return p.step_s(max(per_group, 1.0))
+    waves = math.ceil(per_group / p.per_group)
+    return p.full_s * (waves + 1) / 2.0
+
+
+def closed_loop_ttft(p: PrefillOption, workers: int, clients: int, away_s: float) -> tuple[float, float]:
+    """Steady mean prefill TTFT and requests/s of ``clients`` closed-loop clients, each away ``away_s``
+    (decoding) between its first token and its next request: the rate where ``rps (TTFT(rps) + away_s) =
+    clients`` (Little's law over the loop) with :func:`prefill_ttft`, by bisection; as the rate nears the
+    pool's capacity the TTFT grows without bound, so the loop settles below it."""
+    lo, hi = 0.0, min(workers * p.capacity_rps, clients / (p.one_s + away_s))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if clients / (prefill_ttft(p, workers, mid) + away_s) > mid:
+            lo = mid
+        else:
+            hi = mid
+    return prefill_ttft(p, workers, lo), lo
 
 
 class DecodeScreen:
@@ -151,22 +206,33 @@ class DecodeScreen:
         tpot = self._memo[key]
         if self.cfg.tpot_slo_s is not None and tpot > self.cfg.tpot_slo_s:
             return None
-        return DecodeOption(layout, int(max_num_seqs), tpot, per_group * groups / (tpot * self.osl))
+        return DecodeOption(layout, int(max_num_seqs), per_group * groups, tpot, per_group * groups / (tpot * self.osl))
 
 
-def _offered_rps(cfg: ServingConfig, latency_s: float) -> float:
-    """Requests/s the arrivals can offer: closed-loop clients one request per latency each, Poisson
-    arrivals their rate, a trace whatever the pools take."""
-    if cfg.arrival == "closed":
-        return cfg.concurrency / latency_s
-    if cfg.arrival == "poisson":
-        return cfg.rate
-    return float("inf")
+def _offered_rps(cfg: ServingConfig) -> float:
+    """Requests/s open arrivals offer: Poisson arrivals their rate, a trace whatever the pools take."""
+    return cfg.rate if cfg.arrival == "poisson" else float("inf")
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A disaggregated plan as the screening sees it: its action in the space and its screened figures."""
+
+    action: np.ndarray
+    plan: ServingPlan
+    tokens_per_s_per_gpu: float
+    ttft_s: float
+    tpot_s: float
 
 
 def pool_seeds(space: ServingSpace, cfg: ServingConfig, k: int) -> list[np.ndarray]:
     """The ``k`` disaggregated plans the pool-by-pool screening ranks first, as actions of ``space``
     (none when the space holds no disaggregated plans or nothing screens feasible)."""
+    return [s.action for s in screen_plans(space, cfg, k)]
+
+
+def screen_plans(space: ServingSpace, cfg: ServingConfig, k: int) -> list[Screened]:
+    """The ``k`` best distinct disaggregated plans of ``space`` by the screening (module doc)."""
     if k < 1 or MODE_VALUES.index("disagg") not in space.modes:
         return []
     costs = {lay: StepCost(space.ctx, runtime_strategy(*lay), space.runtime) for lay in space.layouts}
@@ -174,37 +240,49 @@ def pool_seeds(space: ServingSpace, cfg: ServingConfig, k: int) -> list[np.ndarr
     screen = DecodeScreen(space, costs, cfg)
     osl = max(float(cfg.output_len.mean), 1.0)
     counts = space.heads[4].values
+    closed = cfg.arrival == "closed"
     # in a closed loop nearly every client is decoding (osl x TPOT dwarfs the prefill), so each of n_d
     # decode workers runs about clients / n_d sequences; open arrivals fill what the worker allows
-    clients = float(cfg.concurrency) if cfg.arrival == "closed" else float("inf")
+    clients = float(cfg.concurrency) if closed else float("inf")
+    per_client = cfg.num_requests / cfg.concurrency if closed and cfg.num_requests else 1.0
     scored = []
     for lay in space.layouts:
         for seqs in space.heads[9].values:
             for n_d in counts:
                 d = screen.option(lay, int(seqs), clients / n_d)
-                if d is None:
-                    continue
+                if d is None or (closed and n_d * d.sequences < cfg.concurrency):
+                    continue  # closed-loop clients beyond the decode slots would wait for one: TTFT
                 for p in prefill:
-                    offered = _offered_rps(cfg, p.step_s + osl * d.tpot_s)
                     for n_p in counts:
                         gpus = n_p * p.gpus + n_d * d.gpus
                         if gpus > space.num_gpus:
                             continue
-                        rps = min(n_p * p.capacity_rps, n_d * d.capacity_rps, offered)
-                        scored.append((rps * osl / gpus, gpus, p, d, n_p, n_d))
+                        fixed = space.runtime.request_s + d.tpot_s  # request path, first decode step
+                        if closed:
+                            steady, rps = closed_loop_ttft(p, n_p, int(cfg.concurrency), osl * d.tpot_s + fixed)
+                            share = min(1.0 / per_client, 1.0)
+                            first = first_wave_ttft(p, n_p, int(cfg.concurrency))
+                            ttft = share * first + (1 - share) * steady + fixed
+                        else:
+                            rps = min(_offered_rps(cfg), n_p * p.capacity_rps * (1 - 1e-9))
+                            ttft = prefill_ttft(p, n_p, rps) + fixed
+                        if rps <= 0 or (cfg.ttft_slo_s is not None and ttft > cfg.ttft_slo_s):
+                            continue
+                        rps = min(rps, n_d * d.capacity_rps)
+                        scored.append((rps * osl / gpus, gpus, ttft, p, d, n_p, n_d))
     scored.sort(key=lambda s: (-s[0], s[1]))
-    seeds: list[np.ndarray] = []
+    out: list[Screened] = []
     seen = set()
-    for _, _, p, d, n_p, n_d in scored:
+    for value, _, ttft, p, d, n_p, n_d in scored:
         plan = ServingPlan("disagg", prefill=Pool(runtime_strategy(*p.layout), n_p, d.max_num_seqs),
                            decode=Pool(runtime_strategy(*d.layout), n_d, d.max_num_seqs))
         action = space.action_of(plan)
         # plans that differ only in a max_num_seqs the load never reaches screen alike: keep the first
-        same = (p.layout, d.layout, n_p, n_d, round(d.capacity_rps * d.tpot_s * osl))
+        same = (p.layout, d.layout, n_p, n_d, d.sequences)  # (the plan does not carry the prefill batch)
         if same in seen or not space.inside(action)[0]:
             continue
         seen.add(same)
-        seeds.append(action)
-        if len(seeds) == k:
+        out.append(Screened(action, plan, value, ttft, d.tpot_s))
+        if len(out) == k:
             break
-    return seeds
+    return out
