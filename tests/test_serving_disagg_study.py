@@ -35,3 +35,12 @@ def test_screen_prints_screened_against_simulated(capsys):
         assert r["plan"].startswith("disagg")
         assert r["simulated"]["tpot_ms"] == pytest.approx(r["screened"]["tpot_ms"], rel=0.1)
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["screen"] == rows
+
+
+@pytest.mark.parametrize(("args", "field"), [(["--pool-seeds", "-1"], "--pool-seeds"), (["--budget", "0"], "--budget")])
+def test_bad_arguments_are_one_line_exit_2(capsys, args, field):
+    with pytest.raises(SystemExit) as exc:
+        serving_disagg.main(["--methods-on", "small-dense", *args])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert field in err[-1] and "Traceback" not in "\n".join(err)

@@ -236,6 +236,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
                     help="search only these modes (e.g. --modes agg --method exact: the aggregated optimum)")
     args = ap.parse_args(argv)
+    if args.pool_seeds is not None and args.pool_seeds < 0:
+        ap.error(f"--pool-seeds must be >= 0, got {args.pool_seeds}")  # one line, exit 2
+    if args.budget < 1:
+        ap.error(f"--budget must be >= 1, got {args.budget}")
     if args.methods_on:
         table = methods_table(args.methods_on, args.budget, args.seeds, args.pool_seeds)
         print(json.dumps({k: v for k, v in table.items()}))
