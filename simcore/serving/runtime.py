@@ -282,7 +282,7 @@ class RuntimeProfile:
 # kernel rates above: vLLM 45 ms (`--runtimes vllm-sync trtllm`, 7 min; median |log error| of TTFT 0.104 on 40
 # rows, 30 ms ties), TensorRT-LLM 30 ms (0.208 on 40; 45 ms before its grouped-GEMM rate was measured), SGLang
 # 160 ms (`--runtimes sglang`, 2.6 min: 0.090 on its 15 rows; 200 ms since, below). 160 ms is still far more than an HTTP path and a
-# tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (README, serving);
+# tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (validation/reports/serving/history.md);
 # TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms (the median lands at 30).
 # moe_memory_efficiency, moe_layer_s, then request_s again: `python -m validation.fit_serving --moe --rows 12
 # --ttft-rows 24` (two processes, ~15 min) on each runtime's MoE fit rows with the runtimes' layout
@@ -299,7 +299,7 @@ class RuntimeProfile:
 # harness rows, unchanged), SGLang 130 ms (0.087 on 15; 200 ms had absorbed the prefill the 0.35 rate left out).
 # The BF16 kernel timings give 0.35 (above); the serving shapes (experts split 2-8 ways by tensor parallelism, so
 # short K and N per GPU) run slower. TensorRT-LLM's rows do not tell (0.29-0.36 over the whole grid: its DeepSeek
-# rows' TTFT is dominated by what the simulator does not explain, README), so it keeps its measured 0.70.
+# rows' TTFT is dominated by what the simulator does not explain, validation/reports/serving/history.md), so it keeps its measured 0.70.
 # Then the MoE block again with these rates (`--moe --rows 12 --ttft-rows 24`, two processes, 7 min): vLLM 0.5 and
 # 25 us (0.057; 75 us scores 0.119 now: it had carried part of the slower prefill in vLLM's mixed steps), SGLang
 # 1.0 and 75 us unchanged (0.065), request_s unchanged (vLLM 45 ms, SGLang 130 ms).
@@ -320,7 +320,7 @@ class RuntimeProfile:
 # 0.125-0.342 at 0.7/1.0 x 25-125 us). TensorRT-LLM's MoE block on all 53 of its MoE fit rows (DeepSeek-V3/R1;
 # the earlier fit saw 12): 0.7 and 50 us -> 0.85 and 125 us (median |log error| of TPOT 0.140 -> 0.072; the
 # best of 19 points of 0.7/0.85/1.0 x 50-200 us, on a rough surface: 100 us scores 0.111, 150 us 0.133, as the
-# rows mix DeepSeek-V3 runs with DeepSeek-R1 runs that decode with MTP speculation, unrecorded: README); request_s
+# rows mix DeepSeek-V3 runs with DeepSeek-R1 runs that decode with MTP speculation, unrecorded: serving history); request_s
 # then stays 30 ms (0.078 on its 72 harness Llama-70B rows, 0.166 on all 125). SGLang's MoE prefill rate and
 # request path stay: on its 39 MoE fit rows 0.5 and 180 ms would score TTFT 0.176 against 0.188, but its two
 # clients disagree (DeepSeek-V3's InferenceX rows 0.104 -> 0.056, Qwen3-235B's aiconfigurator sweeps 0.240 ->
@@ -329,10 +329,10 @@ class RuntimeProfile:
 # again (`python -m validation.fit_serving --only-request --runtimes sglang`, 2 min): 130 ms still best
 # (median |log error| of TTFT 0.132 on its 15 rows); TensorRT-LLM's and vLLM's were fitted on dense
 # Llama-70B rows, which it does not touch. TensorRT-LLM's MoE block then refitted on its 32 DeepSeek rows that
-# are not MTP runs (the 30 DeepSeek-V3 rows and DeepSeek-R1's two of 2026-01-28; README), scratch grid of 13
+# are not MTP runs (the 30 DeepSeek-V3 rows and DeepSeek-R1's two of 2026-01-28; serving history), scratch grid of 13
 # points through the study's simulate_case: HBM efficiency 0.85 -> 1.0 at 125 us per layer (median |TPOT error|
 # 5.3% -> 1.4%; 0.95 / 125 us 2.1%, 1.0 / 110 us 5.3%, 1.0 / 140 us 4.1%, 0.85 / 100 us 4.5%); on all 57 non-MTP
-# DeepSeek TensorRT-LLM fit rows, disaggregated ones included, 5.2% -> 3.5% (full study, README).
+# DeepSeek TensorRT-LLM fit rows, disaggregated ones included, 5.2% -> 3.5% (full study; validation/reports/serving/history.md).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=4.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,

@@ -42,7 +42,7 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   true`` in the server's ``config.yaml``, on the sample's unversioned runs too. Not applied: simulated as
   overlapped (profile ``vllm``), the 60 Llama-70B fit rows' TPOT misses by a median 0.27 (``|log|``) at any
   host time up to 6 ms, against 0.09 as ``vllm-sync``; the per-step time the host fit finds is not hidden
-  in these runs, so these rows keep the version rule of ``mapping.runtime_of`` (an open question, README).
+  in these runs, so these rows keep the version rule of ``mapping.runtime_of`` (an open question: validation/reports/serving/history.md).
 - SGLang, GLM-5 (``glm5_fp8_h200.sh``): ``--mem-fraction-static 0.85``, and the client sends 5 requests per
   client (``num_prompts=$((CONC * 5))``) where the other scripts send 10 (:func:`requests_per_client`).
 - vLLM, Kimi-K2.5 and MiniMax-M2.5 (``kimik2.5_int4_h200.sh``, ``minimaxm2.5_fp8_h200.sh``):
