@@ -21,9 +21,11 @@ from simcore.config import (
     WorkloadConfig,
 )
 
-__all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "PLANNERS", "RERANKERS"]
+__all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "PLANNERS", "SERVING_ONLY", "RERANKERS"]
 
 PLANNERS = ("ppo", "random", "random-walk", "annealing", "genetic", "megatron", "exact")
+#: planners of the serving search alone (``workload=serving``; :data:`planner.serving.METHODS`)
+SERVING_ONLY = ("poolwise", "tpe", "cmaes")
 RERANKERS = ("proxy", "sim")
 
 
@@ -95,7 +97,7 @@ def check_planner(p) -> None:
     def bad(name: str, requirement: str) -> None:
         raise ConfigError(f"planner.{name} {requirement}, got {getattr(p, name)!r}")
 
-    if p.name in ("tpe", "cmaes"):
+    if p.name in SERVING_ONLY:
         raise ConfigError(f"planner.name: {p.name!r} searches serving plans only (workload=serving); "
                           f"static planners: {', '.join(PLANNERS)}")
     if p.name not in PLANNERS:

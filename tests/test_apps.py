@@ -134,6 +134,7 @@ def test_report_gathers_jobs(search_run, tmp_path):
     (["topology.num_nodes=0"], "num_nodes"),
     (["planner.batch=[0,4]"], "batch"),
     (["planner.name=ppo2"], "planner.name"),
+    (["planner=poolwise"], "serving plans only"),  # a serving-only planner on a static search
     (["planner.budget=0"], "planner.budget"),
     (["planner.T=0"], "planner.T"),
     (["planner.tau=1.5"], "planner.tau"),

@@ -44,3 +44,26 @@ def test_bad_arguments_are_one_line_exit_2(capsys, args, field):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert field in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_searches_run_with_the_planner_settings_shard_search_uses(monkeypatch):
+    """A study's PPO is the CLI's PPO (``conf/planner/ppo.yaml``: an elite prior, five elite records),
+    not the paper's defaults of the schema: ``compare`` hands each search the composed planner node."""
+    from types import SimpleNamespace
+
+    from planner.config import PlannerConfig
+    from validation.scenarios import planner_config
+
+    seen = []
+
+    def fake_search(ctx, cfg, search, method, seed, graph=None, pcfg=None, **_):
+        seen.append((method, pcfg))
+        ev = SimpleNamespace(ranked=lambda: [], sims=0, actions=SimpleNamespace(size=1), records={})
+        return ev, {}
+
+    monkeypatch.setattr(serving_disagg, "search_plans", fake_search)
+    serving_disagg.compare("small-dense", serving_disagg.CASES["small-dense"], "ppo", 4, 0, 2)
+    assert [m for m, _ in seen] == ["ppo", "ppo"]
+    shipped = planner_config("ppo")
+    assert shipped.elite_prior != PlannerConfig().elite_prior  # the test means something
+    assert all(p.elite_prior == shipped.elite_prior and p.T == shipped.T for _, p in seen)

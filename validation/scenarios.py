@@ -7,7 +7,7 @@ import contextlib
 from functools import cache
 from pathlib import Path
 
-__all__ = ["SCENARIOS", "scenario_config", "scenario_context"]
+__all__ = ["SCENARIOS", "scenario_config", "scenario_context", "planner_config"]
 
 _CONF = Path(__file__).resolve().parent.parent / "conf"
 SCENARIOS = tuple(sorted(p.stem for p in (_CONF / "experiment").glob("*.yaml")))
@@ -24,6 +24,18 @@ def scenario_config(name: str, overrides: list[str] | None = None):
     register()
     with _outside_hydra(), initialize_config_module(config_module="conf", version_base=None):
         return compose(config_name="search", overrides=[f"experiment={name}", *(overrides or [])])
+
+
+def planner_config(method: str, overrides: list[str] | None = None):
+    """The composed ``planner`` node ``shard-search planner=<method>`` runs with (``conf/planner/<method>.yaml``
+    over :class:`planner.config.PlannerConfig`'s schema), so a study searches with the settings users get."""
+    from hydra import compose, initialize_config_module
+
+    from planner.config import register
+
+    register()
+    with _outside_hydra(), initialize_config_module(config_module="conf", version_base=None):
+        return compose(config_name="search", overrides=[f"planner={method}", *(overrides or [])]).planner
 
 
 @contextlib.contextmanager

@@ -20,7 +20,9 @@ runs one case; ``--budget``, ``--method``, ``--concurrency deepseek-8node=512`` 
 ``--screen`` prints the pool-by-pool screening's first seeds of each case, screened against simulated.
 ``--modes agg --method exact`` searches one mode only (here: every aggregated plan, the mode's optimum).
 ``--methods-on CASE`` instead runs every search method on the case's joint space (both modes) at the
-same budget over ``--seeds`` seeds and reports each one's fraction of the exact optimum.
+same budget over ``--seeds`` seeds and reports each one's fraction of the exact optimum. Every search
+runs with the settings ``shard-search planner=<method>`` composes (``conf/planner/<method>.yaml``:
+PPO's elite prior and five elite records, not the paper's defaults of the schema).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from simcore.models import get_model
 from simcore.serving import RUNTIMES, LengthDist, ServingConfig, simulate_serving
 from simcore.workload import Workload
 from topologies import build_topology
+from validation.scenarios import planner_config
 
 __all__ = ["CASES", "DEFAULT_CASES", "Case", "compare", "methods_table", "main"]
 
@@ -102,7 +105,7 @@ def compare(name: str, case: Case, method: str, budget: int, seed: int, confirm:
     for mode in modes:
         search = OmegaConf.structured(replace_search(budget, mode, case))
         started = time.perf_counter()
-        ev, _ = search_plans(ctx, cfg, search, method, seed, graph=graph)
+        ev, _ = search_plans(ctx, cfg, search, method, seed, graph=graph, pcfg=planner_config(method))
         wall = time.perf_counter() - started
         meeting = [r for r in ev.ranked() if r.meets]
         best = meeting[0] if meeting else None
@@ -199,7 +202,7 @@ def methods_table(name: str, budget: int, seeds: int, pool_seeds: int | None = N
     if pool_seeds is not None:
         joint.pool_seeds = pool_seeds
     started = time.perf_counter()
-    exact, _ = search_plans(ctx, cfg, joint, "exact", 0, graph=graph)
+    exact, _ = search_plans(ctx, cfg, joint, "exact", 0, graph=graph, pcfg=planner_config("exact"))
     optimum = exact.best_value
     print(f"\n{name}: exact optimum {optimum:,.1f} tokens/s/GPU ({exact.actions.plan(exact.best_key).describe()}), "
           f"{exact.sims} plans simulated in {time.perf_counter() - started:.1f} s; budget {budget} per method")
@@ -207,9 +210,9 @@ def methods_table(name: str, budget: int, seeds: int, pool_seeds: int | None = N
     for method in METHODS:
         if method == "exact":
             continue
-        fractions = []
+        fractions, pcfg = [], planner_config(method)  # the settings shard-search planner=<method> runs with
         for seed in range(1 if method in ("megatron", "poolwise") else seeds):  # deterministic
-            ev, _ = search_plans(ctx, cfg, joint, method, seed, graph=graph)
+            ev, _ = search_plans(ctx, cfg, joint, method, seed, graph=graph, pcfg=pcfg)
             fractions.append(max(ev.best_value, 0.0) / optimum)
         rows[method] = {"median": round(float(np.median(fractions)), 3), "worst": round(min(fractions), 3)}
         print(f"  {method:12s} median {rows[method]['median']:.3f}  worst {rows[method]['worst']:.3f}")
