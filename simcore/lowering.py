@@ -105,6 +105,7 @@ class _Lowerer:
             self.gpu = self.gpu.with_overrides(kernel_overhead_s=kernel_fixed_s(self.gpu, ctx.workload))
         self.expert_flops_per_s = None  # a serving runtime's own MoE kernel rate (expert_gemm_s), else dense
         self.expert_bytes_per_s = None  # ... and its HBM bandwidth on the experts' weights, else dense
+        self.expert_padded_rows = 0  # ... and rows it computes per local expert whatever the routing (FP8)
         self.ops = model_ops(ctx.model)
         v = self.s
         self.t = float(v.tp) if self.scalar else v.tp.astype(float)
@@ -170,6 +171,9 @@ class _Lowerer:
         n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
         time = expert_gemm_s(m, n, k, active, self.gpu, self.w.precision, self.w.expert_weight_bytes,
                              self.expert_flops_per_s, self.xp, self.expert_bytes_per_s)
+        if self.expert_padded_rows:  # a contiguous-layout kernel computes every expert's padded block
+            rows = m * active + slots * self.expert_padded_rows
+            time = self.xp.maximum(time, gemm_time_s(rows, n, k, self.gpu, "fp8"))
         return Task(name, name, "gemm", time, flops=2.0 * m * n * k * active)
 
     def _attention(self) -> Task:

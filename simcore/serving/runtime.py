@@ -118,6 +118,18 @@ A profile holds few physical numbers, each with its source:
   decode MoE routing at ~32 us per layer under CUDA-graph replay on 48 layers, NVIDIA/Megatron-LM PR
   #6453). Both are fitted per runtime by ``python -m validation.fit_serving --moe`` on the TPOT of the fit
   set's MoE rows (1.0 and 0 before that fit, the dense GEMM's pricing); a dense model never sees them.
+- ``moe_padded_rows``: rows its FP8 grouped expert kernels compute for every local expert whatever the
+  routing (0: only the routed rows). vLLM's DeepGEMM MoE path (``DeepGemmExperts``) lays the routed rows out
+  contiguously with each expert's segment padded to DeepGEMM's 128-row block, ``M_sum = M * topk + E *
+  (128 - 1)`` rows, and its grouped GEMM computes every one of them ("DeepGemm (Grouped Contiguous) kernel
+  needs a valid B index for all rows of A", ``deep_gemm_moe.py``); ``TritonOrDeepGemmExperts`` takes that
+  path at any batch once E8M0 scales are on (vllm-project/vllm PR #26197, the Hopper default from then
+  on). So each FP8 MoE layer costs at least a dense FP8 GEMM over ``routed + E_local x 128`` rows, flat in
+  the batch: MiniMax-M2 on H100 at 10 clients decodes at 32.2 ms TPOT with it and 16.4 ms without
+  (vllm-project/recipes PR #112); vLLM turned it off by default at TP 8 (PR #29346) and users report
+  v0.12-v0.14 slower than v0.11 on FP8 MoE models with it (vllm-project/llm-compressor issue #2292). No
+  profile carries it: the study sets 128 on the rows whose vLLM version and layout take that path
+  (:mod:`validation.studies.serving.mapping`); a caller sets it with :meth:`RuntimeProfile.with_overrides`.
 - ``attention_dp_balance``, ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``:
   TensorRT-LLM's attention-DP balancing (``attention_dp_config``: ``enable_balance`` off,
   ``timeout_iters`` 50, ``batching_wait_iters`` 10 by default), for workers with attention DP: context
@@ -186,6 +198,7 @@ class RuntimeProfile:
     moe_layer_s: float = 0.0
     eager_moe_layer_s: float = 0.0
     moe_a2a_backend: str = "none"
+    moe_padded_rows: int = 0
     spec_tokens: int = 0
     spec_accept: tuple[float, ...] = DEFAULT_ACCEPT
 
@@ -200,6 +213,9 @@ class RuntimeProfile:
                   "eager_moe_layer_s"):
             if getattr(self, f) < 0:
                 raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")
+        if not isinstance(self.moe_padded_rows, int) or self.moe_padded_rows < 0:
+            raise ServingInputError(f"runtime {self.name}: moe_padded_rows must be an integer >= 0, got "
+                                    f"{self.moe_padded_rows!r}")
         if not isinstance(self.moe_fp8_at_bf16_rate, bool):
             raise ServingInputError(f"runtime {self.name}: moe_fp8_at_bf16_rate must be true or false, got "
                                     f"{self.moe_fp8_at_bf16_rate!r}")

@@ -138,6 +138,8 @@ class StepCost:
         if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
             low.expert_flops_per_s = self.runtime.expert_flops_per_s(low.gpu, self.w.precision)
             low.expert_bytes_per_s = self.runtime.expert_bytes_per_s(low.gpu)
+            if self.w.precision == "fp8":  # the padded layout is DeepGEMM's, an FP8 kernel's
+                low.expert_padded_rows = self.runtime.moe_padded_rows
         blocks = {"first": low.first(), "last": low.last(), "p2p": low.p2p()}
         if self.model.num_dense_layers:
             blocks["dense_layer"] = low.layer(moe=False)

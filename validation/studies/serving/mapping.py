@@ -44,7 +44,9 @@ The mapping, column by column:
   clients), so times ``attention_dp_size``; blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
 - ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
 - The measuring harness's launch flags, where its scripts set them (:mod:`.launch`) -> ``launch``:
-  runtime-profile fields the row is simulated with.
+  runtime-profile fields the row is simulated with; and what the row's runtime version does by default
+  where that differs between versions of one profile (:func:`version_fields`: vLLM v0.12-v0.14's DeepGEMM
+  MoE path for FP8 experts, ``moe_padded_rows``).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from simcore.workload import Workload
 from .kv_dtype import kv_cache_precision
 from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
 
-__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of"]
+__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "version_fields"]
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 NODE_GPUS = 8  # GPUs in one NVLink domain of every system above (HGX H100 / H200 / B200)
@@ -106,6 +108,27 @@ def runtime_of(row: dict) -> str:
         return backend
     found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
     return "vllm" if found and (int(found.group(1)), int(found.group(2))) >= (0, 14) else "vllm-sync"
+
+
+def version_fields(row: dict, moe: bool, precision: str) -> dict:
+    """Runtime-profile fields a row's runtime version sets by default (empty: the profile's).
+
+    vLLM v0.12 to v0.14 run a block-FP8 MoE model's experts through DeepGEMM's contiguous grouped GEMM at
+    any batch (``moe_padded_rows`` 128; :mod:`simcore.serving.runtime`): E8M0 scales, on by default on
+    Hopper since vllm-project/vllm PR #26197, make ``TritonOrDeepGemmExperts`` take DeepGEMM whatever the
+    batch; v0.12 turned DeepGEMM's MoE off by default when the experts are split 8 ways by tensor
+    parallelism (PR #29346); users measure v0.12-v0.14 slower than v0.11 on FP8 MoE models until they
+    turn it off (vllm-project/llm-compressor issue #2292). The sample's v0.16 and v0.18 rows show none
+    of it (their low-load gap closes by 16 clients; a padded GEMM costs the same at every load)."""
+    found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
+    version = (int(found.group(1)), int(found.group(2))) if found else None
+    if (row.get("backend") or "").strip() != "vllm" or not moe or precision != "fp8" or version is None \
+            or not (0, 12) <= version < (0, 15):
+        return {}
+    prefix = "" if (row.get("mode") or "").strip() != "disagg" else "decode_"
+    ep = _int(row, prefix + "moe_ep_size", 1) or 1  # expert parallelism on: vLLM's MoE TP degree is 1
+    moe_tp = 1 if ep > 1 else (_int(row, prefix + "moe_tp_size", 0) or _int(row, prefix + "tp_size", 1) or 1)
+    return {} if moe_tp == 8 else {"moe_padded_rows": 128}
 
 
 class RowError(ValueError):
@@ -260,7 +283,7 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
     case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency,
-                               tp=pools[0].strategy.tp)
+                               tp=pools[0].strategy.tp) | version_fields(case.row, model.is_moe, workload.precision)
     case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl)
     model = replace(model, **launch_model_fields(backend, preset, case.isl, case.osl))
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
