@@ -21,7 +21,7 @@ from simcore.config import (
     WorkloadConfig,
 )
 
-__all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "PLANNERS", "SERVING_ONLY", "RERANKERS"]
+__all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "check_planner_settings", "PLANNERS", "SERVING_ONLY", "RERANKERS"]
 
 PLANNERS = ("ppo", "random", "random-walk", "annealing", "genetic", "megatron", "exact")
 #: planners of the serving search alone (``workload=serving``; :data:`planner.serving.METHODS`)
@@ -93,16 +93,25 @@ class PlannerConfig(SpaceConfig):
 
 
 def check_planner(p) -> None:
-    """Raise :class:`ConfigError` naming the first bad field of a planner config."""
-    def bad(name: str, requirement: str) -> None:
-        raise ConfigError(f"planner.{name} {requirement}, got {getattr(p, name)!r}")
-
+    """Raise :class:`ConfigError` naming the first bad field of a static search's planner config."""
     if p.name in SERVING_ONLY:
         raise ConfigError(f"planner.name: {p.name!r} searches serving plans only (workload=serving); "
                           f"static planners: {', '.join(PLANNERS)}")
     if p.name not in PLANNERS:
         raise ConfigError(f"planner.name: {p.name!r} is not one of {', '.join(PLANNERS)}")
-    for name in ("budget", "T", "chunks", "elite_prior_every", "num_steps", "update_epochs", "population", "tournament",
+    if p.budget < 1:
+        raise ConfigError(f"planner.budget must be >= 1, got {p.budget!r}")
+    check_planner_settings(p)
+
+
+def check_planner_settings(p) -> None:
+    """Raise :class:`ConfigError` naming the first bad method setting of ``p`` (a planner config, or any
+    object with its fields): what a static search and a serving search (``workload=serving``, whose
+    methods read the same settings) both refuse. The method name and the budget are each search's own."""
+    def bad(name: str, requirement: str) -> None:
+        raise ConfigError(f"planner.{name} {requirement}, got {getattr(p, name)!r}")
+
+    for name in ("T", "chunks", "elite_prior_every", "num_steps", "update_epochs", "population", "tournament",
                  "rerank_k", "rerank_budget", "d_model", "n_heads", "hidden"):
         if getattr(p, name) < 1:
             bad(name, "must be >= 1")

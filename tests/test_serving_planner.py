@@ -205,6 +205,11 @@ def _app(name, *args, cwd):
     ("sim", ["serving.trace=TRACE_MISSING"], "output_len"),
     ("search", ["serving.trace=TRACE_NEGATIVE"], "input_len"),
     ("search", ["serving.search.pool_seeds=-1"], "serving.search.pool_seeds"),
+    # the methods' settings by the static search's rules (a population of 0 had hung the search)
+    ("search", ["planner=genetic", "planner.population=0", "serving.search.budget=40"], "planner.population"),
+    ("search", ["planner.learning_rate=-1"], "planner.learning_rate"),
+    ("search", ["planner=annealing", "planner.t0=0"], "planner.t0"),
+    ("search", ["planner.budget=50"], "serving.search.budget"),  # not the serving search's budget: refused
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     (tmp_path / "missing.csv").write_text("arrival_s,input_len\n0,10\n")
@@ -214,6 +219,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     proc = _app(app, "workload=serving", "experiment=dense-70b-1node", f"hydra.run.dir={tmp_path}", *args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("setting", "value"), [("population", 0), ("elitism", 99), ("tournament", 0),
+                                                 ("learning_rate", 0.0), ("tau", 1.5), ("mutation", 2.0)])
+def test_method_config_refuses_bad_settings_naming_the_field(setting, value):
+    with pytest.raises(ValueError, match=f"planner.{setting}"):
+        method_config(None, **{setting: value})
+    assert method_config(None).population >= 1  # the defaults pass
 
 
 def test_search_writes_outputs_and_sim_replays_the_plan(tmp_path):

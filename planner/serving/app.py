@@ -33,6 +33,7 @@ from simcore.export.serving import SERVING_TARGETS, serving_launch
 
 from ..apps.outputs import write_metrics
 from ..checkpoint import StopRequest
+from ..config import PlannerConfig
 from ..runner import SearchInterrupted
 from .evaluator import ServingEvaluator
 from .journal import SimJournal
@@ -49,7 +50,7 @@ from .pareto import (
 )
 from .space import ServingSpace
 
-__all__ = ["run_serving_search", "search_plans", "serving_space"]
+__all__ = ["run_serving_search", "search_plans", "serving_space", "check_serving_planner"]
 
 
 def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
@@ -65,6 +66,17 @@ def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
     return ServingSpace(ctx, scfg.runtime_profile(), max_len=longest, tp=search.tp, ep=search.ep,
                         pp=tuple(search.pp), max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),
                         spec_tokens=None if search.get("spec_tokens") is None else list(search.spec_tokens))
+
+
+def check_serving_planner(pcfg) -> None:
+    """The ``planner`` node of a serving search: its method settings by the static search's rules
+    (:func:`~planner.serving.methods.method_config`), and ``planner.budget`` left alone, since a serving
+    search spends ``serving.search.budget`` simulations instead (a changed ``planner.budget`` would
+    otherwise be ignored without a word)."""
+    if int(pcfg.budget) != PlannerConfig().budget:
+        raise UserError(f"planner.budget does not apply to workload=serving, got {pcfg.budget}: "
+                        f"set serving.search.budget (simulations) instead")
+    method_config(pcfg)
 
 
 def search_plans(ctx, scfg, search, method: str, seed: int, graph=None, pcfg=None, stop=None, journal=None,
@@ -124,7 +136,8 @@ def run_serving_search(cfg) -> dict:
     resume_dir = cfg.get("resume")
     out = Path(resume_dir) if resume_dir else run_dir()
     config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
-    space = serving_space(ctx, scfg, search, method)  # bad input stops here, before the journal is opened
+    check_serving_planner(cfg.planner)  # bad input stops here and in serving_space, before the journal is opened
+    space = serving_space(ctx, scfg, search, method)
     journal = SimJournal(out, config, resume=bool(resume_dir))
     try:
         with StopRequest() as stop:

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..baselines import Annealing, Genetic, RandomSearch, RandomWalk
-from ..config import PlannerConfig
+from ..config import PlannerConfig, check_planner_settings
 from ..search import PPOSearch
 from .evaluator import ServingEvaluator
 
@@ -39,11 +39,15 @@ METHODS = (*_ITERATIVE, "megatron", "poolwise", "exact", "tpe", "cmaes")
 def method_config(pcfg=None, **overrides) -> SimpleNamespace:
     """The knobs a method reads: :class:`~planner.config.PlannerConfig`'s defaults, then ``pcfg``'s
     fields (a composed ``planner`` node or any object), then ``overrides``. PPO's polish and diverse
-    elite are off (see the module docstring)."""
+    elite are off (see the module docstring). A bad setting is a :class:`~simcore.config.ConfigError`
+    naming the field (:func:`~planner.config.check_planner_settings`, the static search's rules): a
+    population of 0 would otherwise never spend the budget."""
     base = {f.name: getattr(PlannerConfig(), f.name) for f in fields(PlannerConfig)}
     if pcfg is not None:
         base |= {k: getattr(pcfg, k) for k in base if hasattr(pcfg, k)}
-    return SimpleNamespace(**(base | {"polish": False, "elite_diverse": False} | overrides))
+    cfg = SimpleNamespace(**(base | {"polish": False, "elite_diverse": False} | overrides))
+    check_planner_settings(cfg)
+    return cfg
 
 
 def run_method(name: str, ev: ServingEvaluator, cfg: SimpleNamespace, seed: int,
