@@ -148,7 +148,6 @@ class SearchAppConfig:
     serving: ServingAppConfig = field(default_factory=ServingAppConfig)  # read when workload=serving
     scenario: str = "custom"
     seed: int = 0
-    top: int = 10
 
 
 def register() -> None:

@@ -87,6 +87,16 @@ def build_space(ctx, space: SpaceConfig):
     """The :class:`~simcore.space.SearchSpace` of a context and a composed ``planner`` node."""
     from .space import SearchSpace
 
+    if space.batch is not None and not len(space.batch):  # null is the default; [] would silently be too
+        raise ConfigError("planner.batch: an empty list; give batch sizes, or null for the default")
+    for name in ("batch", "microbatches"):
+        values = [int(v) for v in getattr(space, name) or ()]
+        if any(v < 1 for v in values) or (name == "microbatches" and not values):
+            raise ConfigError(f"planner.{name} must list positive integers, got {values}")
+    if space.max_tp is not None and int(space.max_tp) < 1:
+        raise ConfigError(f"planner.max_tp must be >= 1 (or null: one NVLink domain), got {space.max_tp}")
+    if int(space.max_pp) < 1:
+        raise ConfigError(f"planner.max_pp must be >= 1, got {space.max_pp}")
     batch = tuple(int(b) for b in space.batch) if space.batch else None
     redundant = tuple(int(v) for v in getattr(space, "redundant_per_rank", (0,)) or (0,))
     if any(v < 0 for v in redundant):

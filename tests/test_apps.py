@@ -140,11 +140,23 @@ def test_report_gathers_jobs(search_run, tmp_path):
     (["planner.tau=1.5"], "planner.tau"),
     (["+resume=/nonexistent/run"], "no checkpoint"),
     (["+hardware.overrides.hbm_speed=1"], "hbm_speed"),
+    # each had been accepted and ignored or replaced by a default (top was never read)
+    (["seed=-1"], "seed must be"),
+    (["planner.max_tp=0"], "planner.max_tp"),
+    (["planner.batch=[]"], "planner.batch"),
+    (["planner.microbatches=[0]"], "planner.microbatches"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, field):
     proc = app("search", "experiment=dense-70b-1node", f"hydra.run.dir={tmp_path}", *args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+
+
+def test_the_unread_top_setting_is_gone(tmp_path):
+    """``top`` was in the search schema from the start but never read: now refused as unknown (Hydra's
+    own message, naming the key; exit 2) rather than accepted and ignored."""
+    proc = app("search", "experiment=dense-70b-1node", "top=3", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and "'top'" in proc.stderr, proc.stderr
 
 
 def test_malformed_config_json_is_one_line(tmp_path):

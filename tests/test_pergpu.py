@@ -134,6 +134,13 @@ def test_unknown_mode_is_rejected_with_the_field_named():
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sim.mode")
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, True])
+def test_a_seed_numpy_cannot_take_is_rejected_with_the_field_named(seed):
+    with pytest.raises(ValueError, match="sim.seed"):
+        EngineConfig(seed=seed)
+    assert EngineConfig(seed=0).seed == 0
+
+
 def test_alltoallv_with_equal_pairs_is_the_direct_all_to_all_and_waits_for_its_largest_pair():
     import simpy
 

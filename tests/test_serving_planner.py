@@ -210,6 +210,14 @@ def _app(name, *args, cwd):
     ("search", ["planner.learning_rate=-1"], "planner.learning_rate"),
     ("search", ["planner=annealing", "planner.t0=0"], "planner.t0"),
     ("search", ["planner.budget=50"], "serving.search.budget"),  # not the serving search's budget: refused
+    # search fields that had been accepted and silently dropped or replaced by a default
+    ("search", ["serving.search.tp=[]"], "serving.search.tp"),
+    ("search", ["serving.search.loads=[0.5,0]"], "serving.search.loads"),
+    ("search", ["serving.search.tpot_grid_ms=[-5]"], "serving.search.tpot_grid_ms"),
+    ("search", ["serving.search.max_proposals=0"], "serving.search.max_proposals"),
+    ("search", ["serving.search.pareto_plans=-1"], "serving.search.pareto_plans"),
+    ("sim", ["serving.num_requests=0"], "serving.num_requests"),
+    ("sim", ["serving.seed=-1"], "serving.seed"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     (tmp_path / "missing.csv").write_text("arrival_s,input_len\n0,10\n")

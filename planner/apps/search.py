@@ -38,7 +38,7 @@ from simcore.apps.common import (
     run_dir,
 )
 from simcore.apps.serving import is_serving
-from simcore.config import build_context, build_engine_config, build_graph, build_space
+from simcore.config import ConfigError, build_context, build_engine_config, build_graph, build_space
 from simcore.models import model_summary
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
 from simcore.proxy import evaluate
@@ -93,6 +93,9 @@ def _references(ctx, space, cfg, result: SearchResult) -> tuple[float | None, fl
 def run(cfg: DictConfig) -> dict:
     """Search, re-rank, print the tables, write every output; return the summary.
     ``workload=serving`` searches serving plans instead (:mod:`planner.serving`)."""
+    seed = cfg.seed
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # numpy's and torch's generators' seeds
+        raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     if is_serving(cfg):
         from planner.serving import run_serving_search
 

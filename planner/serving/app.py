@@ -62,6 +62,17 @@ def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
         raise UserError(f"serving.search.budget must be >= 1, got {search.budget}")
     if int(search.get("pool_seeds", 4)) < 0:
         raise UserError(f"serving.search.pool_seeds must be >= 0, got {search.pool_seeds}")
+    if int(search.max_proposals) < 1:
+        raise UserError(f"serving.search.max_proposals must be >= 1, got {search.max_proposals}")
+    if int(search.pareto_plans) < 0:
+        raise UserError(f"serving.search.pareto_plans must be >= 0, got {search.pareto_plans}")
+    for name in ("tp", "ep"):  # null: every degree; an empty list would silently mean the same
+        if search.get(name) is not None and len(search[name]) == 0:
+            raise UserError(f"serving.search.{name}: an empty list; give the degrees to search, or null for all")
+    for name, unit in (("loads", "multiples of the configured load"), ("tpot_grid_ms", "TPOT targets in ms")):
+        bad = [x for x in search[name] if not float(x) > 0]
+        if bad:
+            raise UserError(f"serving.search.{name} must list positive {unit}, got {list(search[name])}")
     longest = int(scfg.input_len.mean + scfg.output_len.mean)
     return ServingSpace(ctx, scfg.runtime_profile(), max_len=longest, tp=search.tp, ep=search.ep,
                         pp=tuple(search.pp), max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),

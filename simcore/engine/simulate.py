@@ -59,6 +59,8 @@ class EngineConfig:
             raise ValueError(f"sim.decode_steps must be >= 2, got {self.decode_steps}")
         if self.mode not in MODES:
             raise ValueError(f"sim.mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"sim.seed must be an integer >= 0, got {self.seed!r}")  # numpy's generators' seeds
 
 
 def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | None = None) -> SimResult:

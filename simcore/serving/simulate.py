@@ -106,10 +106,12 @@ class ServingConfig:
             raise ServingInputError(f"serving.rate must be positive for poisson arrivals, got {self.rate!r}")
         if self.arrival == "trace" and not self.trace:
             raise ServingInputError("serving.trace: a trace CSV path is required for trace arrivals")
-        if not 0 <= self.warmup < self.num_requests:
-            raise ServingInputError(f"serving.warmup must be in [0, num_requests), got {self.warmup!r}")
         if self.num_requests < 1:
             raise ServingInputError(f"serving.num_requests must be positive, got {self.num_requests!r}")
+        if not 0 <= self.warmup < self.num_requests:
+            raise ServingInputError(f"serving.warmup must be in [0, num_requests), got {self.warmup!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ServingInputError(f"serving.seed must be an integer >= 0, got {self.seed!r}")
         for name in ("ttft_slo_s", "tpot_slo_s"):
             v = getattr(self, name)
             if v is not None and not v > 0:
