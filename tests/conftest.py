@@ -1,4 +1,7 @@
-"""Shared fixtures: small cost contexts built without topology graphs."""
+"""Shared fixtures: small cost contexts built without topology graphs; a CSV of rows (``from conftest import write_rows``)."""
+
+import csv
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +20,12 @@ def make_ctx(model: str = "llama-3.1-70b", gpus: int = 8, phase: str = "decode",
 @pytest.fixture
 def ctx_factory():
     return make_ctx
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    """``rows`` as a CSV with the first row's keys as its header; returns ``path``."""
+    with Path(path).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return Path(path)

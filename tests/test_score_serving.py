@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import write_rows
 
 from validation import score_serving
 from validation.studies.serving import load_cases, simulate_case
@@ -17,12 +18,7 @@ _DATA = score_serving._DATA
 def _rows(tmp_path, n=2):
     rows = [r for r in csv.DictReader(_DATA.open()) if r["backend"] == "trtllm" and "Llama-3.1-70B" in r["model_path"]
             and r["isl"] == "1024" and r["osl"] == "1024" and r["tp_size"] == "8"][:n]
-    path = tmp_path / "rows.csv"
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    return path
+    return write_rows(tmp_path / "rows.csv", rows)
 
 
 def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path):

@@ -6,6 +6,7 @@ command checks the simulator against measurements this project never saw.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,8 +154,16 @@ ConfigStore.instance().store(name="validate_schema", node=ValidateAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="validate")
 @cli_errors
 def _main(cfg: DictConfig) -> None:
+    from validation.studies.serving.journal import StudyInterrupted
+
     check_known_keys(cfg, ValidateAppConfig)
-    run(cfg)
+    try:
+        run(cfg)
+    except StudyInterrupted as exc:
+        out = exc.path.parent
+        print(f"interrupted: {exc.done} of {exc.total} rows saved in {exc.path}; continue with "
+              f"hydra.run.dir={out}", file=sys.stderr)
+        sys.exit(128 + int(exc.signal or 2))
 
 
 main = config_errors_exit_2(_main)

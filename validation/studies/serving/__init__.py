@@ -56,6 +56,7 @@ from simcore.apps.common import atomic_write_text
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
 from validation import jsonline
 
+from .journal import fingerprint, simulate_rows
 from .launch import REQUESTS_PER_CLIENT
 from .mapping import RowCase, map_row
 
@@ -193,26 +194,13 @@ def _simulate_row(row: dict) -> tuple[float, float, str]:
         return math.nan, math.nan, str(exc).splitlines()[0]
 
 
-def _simulate_all(cases: list[RowCase], jobs: int | None) -> list[tuple[float, float, str]]:
-    """Every case simulated, in order: in ``jobs`` processes (``None``: one per CPU core), or here for
-    one. Each row is its own seeded simulation, so the answers do not depend on ``jobs``."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
-    jobs = (os.cpu_count() or 1) if jobs is None else jobs
-    if jobs < 1:
-        raise ValueError(f"study.jobs must be >= 1, got {jobs}")
-    if jobs == 1 or len(cases) < 2:
-        return [_simulate_row(c.row) for c in cases]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(_simulate_row, [c.row for c in cases], chunksize=4))
-
-
 def run(data: Path, out: Path, study=None) -> dict:
     cases = load_cases(data)
     dup = duplicates(cases)
     unique = [c for c, d in zip(cases, dup, strict=True) if not d]
-    simulated = iter(_simulate_all(unique, getattr(study, "jobs", None)))
+    keys = [repr(measurement_key(c.row)) for c in unique]
+    simulated = iter(simulate_rows([c.row for c in unique], keys, _simulate_row, getattr(study, "jobs", None),
+                                   out, fingerprint(data)))
     rows = []
     for case, duplicate_of in zip(cases, dup, strict=True):
         ttft, tpot, reason = (math.nan, math.nan, "duplicate measurement") if duplicate_of else next(simulated)

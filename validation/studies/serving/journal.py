@@ -1,0 +1,165 @@
+"""The serving study's journal: each simulated row's answer is appended as it ends, so nothing computed is lost.
+
+The whole sample takes about half an hour on two cores. ``rows.jsonl`` in the run dir holds a header line
+with the run's fingerprint, then one line per simulated measurement: its key
+(:func:`~validation.studies.serving.measurement_key`) and the simulated TTFT, TPOT (seconds; ``null`` for
+a row that could not be simulated) and the reason it could not. A line is written and flushed as its row
+ends; a line cut short by a kill is ignored when read back.
+
+Run the study again in the same run dir (``shard-validate study=serving hydra.run.dir=DIR``) and the rows
+the journal holds are read back instead of simulated, but only under the same fingerprint: a hash of the
+data file and of the source of every module that prices a row (``simcore/``, ``validation/studies/serving/``
+and ``validation/split.py``), so a changed constant, mapping or cost formula never reuses an old answer. A
+journal of another fingerprint is set aside (renamed ``rows.jsonl.stale``) and the study starts over.
+
+SIGINT and SIGTERM stop the study between two rows (:class:`StudyInterrupted`): the rows that ended are
+in the journal; workers ignore SIGINT, so the simulations in flight end and are kept too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["RowJournal", "StudyInterrupted", "fingerprint", "simulate_rows"]
+
+_VALIDATION = Path(__file__).resolve().parents[2]
+
+
+def _sources() -> list[tuple[str, Path]]:
+    """What prices a row: every module of ``simcore`` (wherever it is installed), of this study's package
+    and ``validation/split.py``, each with the name it enters the hash under."""
+    import simcore
+
+    trees = [("simcore", Path(simcore.__file__).resolve().parent), ("validation/studies/serving", Path(__file__).resolve().parent)]
+    files = [(f"{name}/{f.relative_to(base)}", f) for name, base in trees for f in sorted(base.rglob("*.py"))]
+    return files + [("validation/split.py", _VALIDATION / "split.py")]
+
+
+class StudyInterrupted(Exception):
+    """The study stopped on request; ``done`` of ``total`` simulations are in the journal at ``path``."""
+
+    def __init__(self, done: int, total: int, path: Path, signum: int | None):
+        super().__init__(f"interrupted after {done} of {total} simulations")
+        self.done, self.total, self.path, self.signal = done, total, path, signum
+
+
+def fingerprint(data: Path) -> str:
+    """A hash of the data file's bytes and of the source files that price a row (module doc)."""
+    h = hashlib.sha256(Path(data).read_bytes())
+    for name, path in _sources():
+        h.update(name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _number(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+class RowJournal:
+    """``rows.jsonl`` of one run dir: :attr:`results` maps a key to ``(ttft_s, tpot_s, reason)`` for every
+    row already simulated under ``stamp`` (module doc); :meth:`append` adds one as it ends."""
+
+    NAME = "rows.jsonl"
+
+    def __init__(self, out: Path, stamp: str):
+        self.path = Path(out) / self.NAME
+        self.stamp = stamp
+        self.results: dict[str, tuple[float, float, str]] = {}
+        self.reused = 0
+        if self.path.exists():
+            self._read()
+        if not self.results:  # a new journal, or one set aside: write the header
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("w") as f:
+                f.write(json.dumps({"fingerprint": stamp}) + "\n")
+        self.reused = len(self.results)
+        self._file = self.path.open("a")
+
+    def _read(self) -> None:
+        lines = self.path.read_text().splitlines()
+        try:
+            header = json.loads(lines[0]) if lines else {}
+        except json.JSONDecodeError:
+            header = {}
+        if header.get("fingerprint") != self.stamp:
+            os.replace(self.path, self.path.with_name(self.NAME + ".stale"))
+            return
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+                self.results[str(entry["key"])] = (_number(entry["ttft_s"]), _number(entry["tpot_s"]),
+                                                   str(entry["reason"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue  # a line cut short by a kill: that row is simulated again
+
+    def append(self, key: str, result: tuple[float, float, str]) -> None:
+        ttft, tpot, reason = result
+        entry = {"key": key, "ttft_s": None if math.isnan(ttft) else ttft,
+                 "tpot_s": None if math.isnan(tpot) else tpot, "reason": reason}
+        self._file.write(json.dumps(entry) + "\n")
+        self._file.flush()
+        self.results[key] = result
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RowJournal:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops between rows)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def simulate_rows(rows: list[dict], keys: list[str], simulate: Callable[[dict], tuple[float, float, str]],
+                  jobs: int | None, out: Path, stamp: str) -> list[tuple[float, float, str]]:
+    """``simulate(row)`` of every row, in order, journaled in ``out`` under ``stamp`` (module doc): rows
+    the journal holds are read back, the others simulated in ``jobs`` processes (``None``: one per CPU
+    core; each row is its own seeded simulation, so the answers do not depend on it), or here for one.
+    SIGINT / SIGTERM stop between rows: those not started are dropped, those in flight end and are kept,
+    then :class:`StudyInterrupted`."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from planner.checkpoint import StopRequest
+
+    jobs = (os.cpu_count() or 1) if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"study.jobs must be >= 1, got {jobs}")
+    with RowJournal(out, stamp) as journal, StopRequest() as stop:
+        todo = [(k, row) for k, row in zip(keys, rows, strict=True) if k not in journal.results]
+        if journal.reused:
+            print(f"journal: {journal.reused} row(s) read back from {journal.path}, {len(todo)} to simulate")
+        if jobs == 1 or len(todo) < 2:
+            for key, row in todo:
+                if stop():
+                    break
+                journal.append(key, simulate(row))
+        else:
+            pool = ProcessPoolExecutor(jobs, initializer=_ignore_sigint)
+            futures = [pool.submit(simulate, row) for _, row in todo]
+            try:
+                for (key, _), future in zip(todo, futures, strict=True):
+                    if stop():
+                        break
+                    journal.append(key, future.result())
+            finally:
+                for future in futures:
+                    future.cancel()  # those not started; the ones in flight end and are kept below
+                for (key, _), future in zip(todo, futures, strict=True):
+                    if not future.cancelled() and key not in journal.results:
+                        journal.append(key, future.result())
+                pool.shutdown()
+        if stop():
+            raise StudyInterrupted(len(journal.results), len(rows), journal.path, stop.signal)
+        return [journal.results[k] for k in keys]
