@@ -4,6 +4,7 @@ and an interrupted study keeps what it had simulated."""
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +13,7 @@ from conftest import write_rows
 
 import validation.studies.serving as study
 from validation.studies.serving import run
-from validation.studies.serving.journal import RowJournal, StudyInterrupted, fingerprint
+from validation.studies.serving.journal import RowJournal, StudyInterrupted, fingerprint, simulate_rows
 
 _BASE = {"source_url": "x", "backend": "vllm", "backend_version": "0.12.0", "system": "h200_sxm",
          "precision": "fp8", "mode": "agg", "isl": "256", "osl": "16", "gemm_quant_mode": "fp8",
@@ -86,3 +87,26 @@ def test_an_interrupted_study_keeps_its_rows_and_finishes_as_a_fresh_one(tmp_pat
     run(data, tmp_path / "cut", SimpleNamespace(jobs=2))
     assert calls == ["c2"]  # the first row was read back, not simulated again
     assert (tmp_path / "cut" / "rows.csv").read_text() == (tmp_path / "fresh" / "rows.csv").read_text()
+
+
+
+def _answer(row: dict) -> tuple[float, float, str]:
+    """A stand-in simulation for the worker processes (module level: pickled by reference); row ``stop``
+    sends SIGINT to the study's process, as Ctrl-C does, unless ``row["quiet"]``."""
+    if row["id"] == "stop" and not row.get("quiet"):
+        os.kill(os.getppid(), signal.SIGINT)
+    time.sleep(0.1)
+    return float(row["n"]), 2.0 * float(row["n"]), ""
+
+
+def test_worker_processes_stop_between_rows_and_keep_the_rows_in_flight(tmp_path):
+    rows = [{"id": "stop" if n == 1 else f"r{n}", "n": n} for n in range(40)]
+    keys = [r["id"] for r in rows]
+    with pytest.raises(StudyInterrupted) as info:
+        simulate_rows(rows, keys, _answer, 2, tmp_path, "stamp")
+    assert 2 <= info.value.done < len(rows)  # the signalling row and the one beside it at least; not all
+    kept = RowJournal(tmp_path, "stamp")
+    kept.close()
+    assert "stop" in kept.results and len(kept.results) == info.value.done
+    quiet = [dict(r, quiet=True) for r in rows]  # the rerun: the rows kept are read back, the rest simulated
+    assert simulate_rows(quiet, keys, _answer, 2, tmp_path, "stamp") == [(float(n), 2.0 * n, "") for n in range(40)]

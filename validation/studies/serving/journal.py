@@ -129,7 +129,7 @@ def simulate_rows(rows: list[dict], keys: list[str], simulate: Callable[[dict], 
     core; each row is its own seeded simulation, so the answers do not depend on it), or here for one.
     SIGINT / SIGTERM stop between rows: those not started are dropped, those in flight end and are kept,
     then :class:`StudyInterrupted`."""
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     from planner.checkpoint import StopRequest
 
@@ -147,17 +147,17 @@ def simulate_rows(rows: list[dict], keys: list[str], simulate: Callable[[dict], 
                 journal.append(key, simulate(row))
         else:
             pool = ProcessPoolExecutor(jobs, initializer=_ignore_sigint)
-            futures = [pool.submit(simulate, row) for _, row in todo]
+            pending = {pool.submit(simulate, row): key for key, row in todo}
             try:
-                for (key, _), future in zip(todo, futures, strict=True):
-                    if stop():
-                        break
-                    journal.append(key, future.result())
+                while pending and not stop():  # each row journaled as it ends, whatever the order
+                    done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        journal.append(pending.pop(future), future.result())
             finally:
-                for future in futures:
+                for future in pending:
                     future.cancel()  # those not started; the ones in flight end and are kept below
-                for (key, _), future in zip(todo, futures, strict=True):
-                    if not future.cancelled() and key not in journal.results:
+                for future, key in pending.items():
+                    if not future.cancelled():
                         journal.append(key, future.result())
                 pool.shutdown()
         if stop():
