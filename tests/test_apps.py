@@ -238,3 +238,10 @@ def test_scenario_configs_compose_inside_a_running_hydra_app():
         app = GlobalHydra.instance().hydra
         assert scenario_config("mixtral-2node").topology.num_nodes == 2
         assert GlobalHydra.instance().hydra is app       # the app's Hydra is back
+
+
+@pytest.mark.parametrize("name", ["fidelity", "rewrites"])
+def test_an_empty_scenario_list_is_refused_not_read_as_the_defaults(tmp_path, name):
+    proc = app("validate", f"study={name}", "study.scenarios=[]", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and "study.scenarios" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -135,6 +135,8 @@ def run(cfg: DictConfig) -> dict:
     jobs = cfg.study.get("jobs")
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise UserError(f"study.jobs: must be a positive number of processes or null, got {jobs!r}")
+    if cfg.study.get("scenarios") is not None and not len(cfg.study.scenarios):  # null means the defaults; [] would too
+        raise UserError("study.scenarios: an empty list; name the scenarios, or null for the study's own")
     out = run_dir()
     if data is not None:
         summary = func(data, out, cfg.study)
