@@ -31,6 +31,15 @@ def test_fingerprint_follows_the_data(tmp_path):
     assert fingerprint(a) == fingerprint(a) and fingerprint(a) != fingerprint(b)
 
 
+def test_fingerprint_covers_the_shipped_model_configs():
+    from validation.studies.serving.journal import _sources
+
+    names = {name for name, _ in _sources()}
+    assert "simcore/serving/step_cost.py" in names and "validation/split.py" in names
+    assert any(n.startswith("simcore/model_configs/") and n.endswith(".json") for n in names)
+    assert not any("__pycache__" in n for n in names)
+
+
 def test_journal_reads_back_its_rows_and_skips_a_line_cut_short(tmp_path):
     with RowJournal(tmp_path, "stamp") as j:
         j.append("k1", (0.1, 0.01, ""))

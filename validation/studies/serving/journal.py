@@ -8,7 +8,7 @@ ends; a line cut short by a kill is ignored when read back.
 
 Run the study again in the same run dir (``shard-validate study=serving hydra.run.dir=DIR``) and the rows
 the journal holds are read back instead of simulated, but only under the same fingerprint: a hash of the
-data file and of the source of every module that prices a row (``simcore/``, ``validation/studies/serving/``
+data file and of every file that prices a row (``simcore/`` with its shipped model configs, ``validation/studies/serving/``
 and ``validation/split.py``), so a changed constant, mapping or cost formula never reuses an old answer. A
 journal of another fingerprint is set aside (renamed ``rows.jsonl.stale``) and the study starts over.
 
@@ -32,12 +32,14 @@ _VALIDATION = Path(__file__).resolve().parents[2]
 
 
 def _sources() -> list[tuple[str, Path]]:
-    """What prices a row: every module of ``simcore`` (wherever it is installed), of this study's package
-    and ``validation/split.py``, each with the name it enters the hash under."""
+    """What prices a row: every file of ``simcore`` (wherever it is installed: its modules and the
+    ``config.json`` presets of ``simcore/model_configs``), of this study's package and
+    ``validation/split.py``, each with the name it enters the hash under."""
     import simcore
 
     trees = [("simcore", Path(simcore.__file__).resolve().parent), ("validation/studies/serving", Path(__file__).resolve().parent)]
-    files = [(f"{name}/{f.relative_to(base)}", f) for name, base in trees for f in sorted(base.rglob("*.py"))]
+    files = [(f"{name}/{f.relative_to(base)}", f) for name, base in trees for f in sorted(base.rglob("*"))
+             if f.is_file() and "__pycache__" not in f.parts]  # the modules and the shipped model configs
     return files + [("validation/split.py", _VALIDATION / "split.py")]
 
 
