@@ -5,7 +5,8 @@ with an explicit per-layer MoE pattern and optional sliding-window layers) and c
 per layer kind, in elements (multiply by the bytes per element of a precision for a size in bytes).
 Presets live in ``simcore/model_configs/<name>.json``, copies of the published Hugging Face configs
 plus an optional ``_published_params`` key that tests check against; nothing is downloaded at run
-time. The readers of each family's ``config.json`` are in :mod:`simcore.hf_config`.
+time. The readers of each family's ``config.json`` are in :mod:`simcore.hf_config`; which preset a
+published model id names, in :mod:`simcore.model_ids`.
 
 Examples
 --------
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,23 +32,11 @@ import numpy as np
 
 from . import linear_attention as gdn
 from . import sparse_attention as dsa
-from .hf_config import REJECTED, SPEC_TYPE, ModelConfigError, from_hf_config
+from .hf_config import SPEC_TYPE, ModelConfigError, from_hf_config
+from .model_ids import CONFIG_DIR, MODEL_NAMES, preset_for
 
 __all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "preset_for", "model_summary",
            "MODEL_NAMES", "CONFIG_DIR"]
-
-#: Directory holding the preset ``<name>.json`` files.
-CONFIG_DIR = Path(__file__).with_name("model_configs")
-
-MODEL_NAMES: tuple[str, ...] = (
-    "gpt-j-6b", "llama-2-7b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
-    "llama-3.1-70b", "llama-3.1-405b", "mistral-7b", "falcon-180b", "mixtral-8x7b", "mixtral-8x22b",
-    "deepseek-v3", "gpt-moe-1.2t", "gpt-moe-1.6t",
-    "qwen3-32b", "qwen3-235b-a22b", "qwen2-57b-a14b", "deepseek-v2", "deepseek-v2-lite", "deepseek-r1",
-    "gpt-oss-120b", "gpt-oss-20b", "llama-4-scout", "llama-4-maverick", "kimi-k2", "minimax-m2",
-    "qwen3-next-80b-a3b", "qwen3.5-397b-a17b", "qwen3-30b-a3b", "qwen3-coder-480b-a35b", "qwen2.5-72b",
-    "glm-4.5-air", "glm-5", "deepseek-v3.2",
-)
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
              "moe_layer_freq")
@@ -407,71 +395,6 @@ class ModelSpec:
 @functools.cache
 def _preset(name: str) -> ModelSpec:
     return from_hf_config(CONFIG_DIR / f"{name}.json", name=name)
-
-
-# Published model ids whose text model has a preset's architecture and shape (beside each preset's own
-# ``_source``), matched case-insensitively on the whole id or on the name after the last "/".
-_SAME_SHAPE = {
-    "kimi-k2": ("moonshotai/Kimi-K2.5", "moonshotai/Kimi-K2-Instruct-0905", "moonshotai/Kimi-K2-Base",
-                "moonshotai/Kimi-K2-Thinking"),
-    "minimax-m2": ("MiniMaxAI/MiniMax-M2.1", "MiniMaxAI/MiniMax-M2.5"),
-    "deepseek-v3": ("deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3-Base", "deepseek-ai/DeepSeek-V3.1"),
-    "deepseek-r1": ("deepseek-ai/DeepSeek-R1-0528",),
-    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B-Instruct-2507", "Qwen/Qwen3-235B-A22B-Thinking-2507",
-                        "Qwen/Qwen3-235B-A22B-FP8"),
-    "qwen3-32b": ("Qwen/Qwen3-32B-FP8",),
-    "qwen2-57b-a14b": ("Qwen/Qwen2-57B-A14B-Instruct",),
-    "llama-4-scout": ("meta-llama/Llama-4-Scout-17B-16E-Instruct",),
-    "llama-4-maverick": ("meta-llama/Llama-4-Maverick-17B-128E-Instruct",
-                         "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8"),
-    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
-    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
-    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct",),
-    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct"),
-    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B-FP8"),
-    "qwen3-coder-480b-a35b": ("Qwen/Qwen3-Coder-480B-A35B-Instruct-FP8",),
-    "qwen2.5-72b": ("Qwen/Qwen2.5-72B",),
-    "glm-4.5-air": ("zai-org/GLM-4.5-Air-FP8",),
-    "llama-3.1-405b": ("meta-llama/Llama-3.1-405B-Instruct", "meta-llama/Llama-3.1-405B-Instruct-FP8"),
-    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B", "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8",
-                           "Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3-Next-80B-A3B-Thinking-FP8"),
-    "qwen3.5-397b-a17b": ("Qwen/Qwen3.5-397B-A17B-FP8",),
-    # zhipuai: zai-org's former name, the serving sample's
-    "glm-5": ("zai-org/GLM-5-FP8", "zai-org/GLM-5.1", "zai-org/GLM-5.1-FP8", "zhipuai/GLM-5"),
-    "deepseek-v3.2": ("deepseek-ai/DeepSeek-V3.2-Exp",),
-}
-# Published model ids of architectures the cost model refuses, with their model_type.
-_REFUSED_IDS = {"MiniMaxAI/MiniMax-M1-80k": "minimax_m1"}
-
-
-@functools.cache
-def _ids() -> tuple[dict[str, str], dict[str, str]]:
-    """(model id -> preset, model id -> refused model_type), keyed by the lower-case id and its name."""
-    def keys(model_id: str) -> tuple[str, str]:
-        return model_id.lower(), model_id.lower().rsplit("/", 1)[-1]
-
-    presets: dict[str, str] = {}
-    for name in MODEL_NAMES:
-        source = json.loads((CONFIG_DIR / f"{name}.json").read_text()).get("_source", "")
-        for model_id in (source, *_SAME_SHAPE.get(name, ())):
-            if "/" in model_id:
-                presets.update(dict.fromkeys(keys(model_id), name))
-    refused = {key: kind for model_id, kind in _REFUSED_IDS.items() for key in keys(model_id)}
-    return presets, refused
-
-
-def preset_for(model_id: str) -> str | None:
-    """The preset of a published model id (``moonshotai/Kimi-K2.5`` -> ``kimi-k2``), else ``None``;
-    raises :class:`ModelConfigError` for the id of an architecture the cost model refuses."""
-    presets, refused = _ids()
-    key = model_id.lower()
-    if key in MODEL_NAMES:
-        return key
-    if key in refused:
-        kind = refused[key]
-        raise ModelConfigError(f"model {model_id!r} is a {kind!r} model with {REJECTED[kind]}, "
-                               "which the cost model does not express")
-    return presets.get(key)
 
 
 def get_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:

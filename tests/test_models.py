@@ -285,3 +285,12 @@ def test_param_count_invariants(layers: int, kv: int, group: int, head_dim: int,
         assert spec.active_params() == spec.total_params()
     assert spec.kv_cache_elements_per_token() == 2 * kv * head_dim * layers
     assert from_hf_config(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("module_name", ["simcore.models", "simcore.model_ids"])
+def test_catalog_doctests(module_name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module_name))
+    assert result.attempted > 0 and result.failed == 0

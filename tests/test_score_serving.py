@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ def _rows(tmp_path, n=2):
 
 def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path):
     path = _rows(tmp_path)
-    result = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1",
+    result = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--out", str(tmp_path / "journal"),
                                  "--set", "step_host_s=0.03"])
     shipped, slow = result["groups"]
     cases = [c for c in load_cases(path) if not c.skip]
@@ -48,7 +50,7 @@ def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path)
     (["--data", "/no/such.csv"], "--data"),
 ])
 def test_bad_input_is_one_named_line_and_exit_2(tmp_path, capsys, args, named):
-    argv = ["--backend", "trtllm", "--jobs", "1"] + (["--data", str(_rows(tmp_path, 1))] if "--data" not in args else [])
+    argv = ["--backend", "trtllm", "--jobs", "1", "--out", str(tmp_path / "journal")] + (["--data", str(_rows(tmp_path, 1))] if "--data" not in args else [])
     with pytest.raises(SystemExit) as exc:
         score_serving.main(argv + args)
     assert exc.value.code == 2
@@ -62,9 +64,9 @@ def test_mode_filter_rows_print_and_strict_json(tmp_path, capsys):
     rows (the one row runs at 8 clients, so none above) is null in the JSON line, never NaN."""
     path = _rows(tmp_path, 1)
     with pytest.raises(SystemExit) as exc:
-        score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--mode", "disagg"])
+        score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--out", str(tmp_path / "journal"), "--mode", "disagg"])
     assert exc.value.code == 2 and "--mode" in capsys.readouterr().err
-    result = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--mode", "agg",
+    result = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--out", str(tmp_path / "journal"), "--mode", "agg",
                                  "--rows"])
     out = capsys.readouterr().out.splitlines()
     cases = [c for c in load_cases(path) if not c.skip]
@@ -87,3 +89,45 @@ def test_layout_names_each_pool_of_a_disaggregated_row():
            "decode_moe_ep_size": "8"}
     assert score_serving._layout(row) == "P 2x(tp8 adp- mtp- mep8) + D 3x(tp1 adp8 mtp- mep8)"
     assert score_serving._layout({"mode": "agg", "tp_size": "4", "moe_tp_size": "4"}) == "tp4 adp- mtp4 mep-"
+
+
+def test_an_interrupted_score_keeps_its_rows_and_ends_as_a_fresh_one(tmp_path, monkeypatch, capsys):
+    """SIGINT after the first row: exit 130 with one line saying where the rows are; the same command
+    again simulates only the second row and prints the figures of an uninterrupted run."""
+    path = _rows(tmp_path)
+    argv = ["--backend", "trtllm", "--data", str(path), "--jobs", "1"]
+    fresh = score_serving.main(argv + ["--out", str(tmp_path / "fresh")])
+    one, calls = score_serving._one, []
+
+    def stop_after_first(args):
+        calls.append(args[0].concurrency)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # caught by the journal's StopRequest: stop after this row
+        return one(args)
+
+    monkeypatch.setattr(score_serving, "_one", stop_after_first)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        score_serving.main(argv + ["--out", str(tmp_path / "cut")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 128 + signal.SIGINT and err.startswith("interrupted: 1 of 2 rows") and "\n" not in err
+    resumed = score_serving.main(argv + ["--out", str(tmp_path / "cut")])
+    assert resumed == fresh and len(calls) == 2  # the first row read back, the second simulated once
+
+
+def test_each_group_and_each_data_file_has_its_own_journal(tmp_path, monkeypatch):
+    """A ``--set`` group never reads the shipped group's answers, nor one data file another's."""
+    path = _rows(tmp_path, 1)
+    out = tmp_path / "journal"
+    score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--out", str(out)])
+    shipped = sorted(p.name for p in out.iterdir())
+    monkeypatch.setattr(score_serving, "_one", lambda args: (1.0, 1.0, ""))  # any new simulation is seen
+    again = score_serving.main(["--backend", "trtllm", "--data", str(path), "--jobs", "1", "--out", str(out),
+                                "--set", "step_host_s=0.03"])
+    assert again["groups"][0]["median_signed_tpot_error"] < 1  # read back: the real simulation
+    assert again["groups"][1]["median_signed_tpot_error"] > 10  # simulated: 1 s a token
+    assert len(list(out.iterdir())) == 2 and set(shipped) < {p.name for p in out.iterdir()}
+    other = tmp_path / "other.csv"
+    other.write_text(path.read_text() + "\n")  # the same row, other bytes: another fingerprint
+    third = score_serving.main(["--backend", "trtllm", "--data", str(other), "--jobs", "1", "--out", str(out)])
+    assert third["groups"][0]["median_signed_tpot_error"] > 10 and len(list(out.iterdir())) == 3

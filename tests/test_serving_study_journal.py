@@ -119,3 +119,17 @@ def test_worker_processes_stop_between_rows_and_keep_the_rows_in_flight(tmp_path
     assert "stop" in kept.results and len(kept.results) == info.value.done
     quiet = [dict(r, quiet=True) for r in rows]  # the rerun: the rows kept are read back, the rest simulated
     assert simulate_rows(quiet, keys, _answer, 2, tmp_path, "stamp") == [(float(n), 2.0 * n, "") for n in range(40)]
+
+
+def test_a_stop_during_the_last_row_loses_nothing_and_is_no_interrupt(tmp_path):
+    """Ctrl-C while the last row runs: that row ends and is kept, so every answer is there and the
+    study (or score) ends as an uninterrupted one instead of asking for a rerun."""
+    rows = [{"id": f"r{n}", "n": n} for n in range(3)] + [{"id": "stop", "n": 3}]
+
+    def answer_in_process(row):  # one job: simulated here, so the signal comes to this process
+        if row["id"] == "stop":
+            os.kill(os.getpid(), signal.SIGINT)
+        return float(row["n"]), 2.0 * float(row["n"]), ""
+
+    got = simulate_rows(rows, [r["id"] for r in rows], answer_in_process, 1, tmp_path, "stamp")
+    assert got == [(float(n), 2.0 * n, "") for n in range(4)]

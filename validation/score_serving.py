@@ -12,6 +12,13 @@ error of TTFT and TPOT per group (TPOT's signed median also at low load, <= 8 cl
 one JSON line. ``--rows`` also prints each row of the shipped group: its layout, clients, and measured
 against simulated TTFT and TPOT.
 
+Nothing computed is lost: each group's answers are journaled row by row as they end
+(:mod:`validation.studies.serving.journal`) under ``--out`` (default ``outputs/score_serving``), in a
+directory named by a hash of the group's values, the data file and the code that prices a row. SIGINT or
+SIGTERM stops between rows, keeping the rows in flight; the same command again reads every journaled row
+back and simulates only the rest, so its figures are those of an uninterrupted run. A changed constant,
+data file or cost formula never reuses an old answer (it hashes to another directory).
+
 It is how a candidate constant is tried on the fit rows before any change (the decision rules in the
 README): ``--split fit`` is the default and its figures are in sample; ``--split test`` scores test rows
 and says so, for the outcome of a change already decided, never to choose one.
@@ -21,10 +28,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +41,8 @@ from simcore.serving.runtime import RuntimeProfile
 from validation import jsonline
 from validation.measure_moe import count
 from validation.split import split_label
-from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
+from validation.studies.serving import duplicates, load_cases, measurement_key, simulate_case, split_of
+from validation.studies.serving.journal import StudyInterrupted, fingerprint, simulate_rows
 
 __all__ = ["main", "parse_set"]
 
@@ -73,6 +81,25 @@ def parse_set(text: str) -> dict:
 def _one(args):
     case, overrides = args
     return simulate_case(case, get_runtime(case.runtime).with_overrides(**overrides))
+
+
+def _journal_dir(out: Path, stamp: str, overrides: dict) -> Path:
+    """Where one group's journal lives: named by the data and code fingerprint and the group's values."""
+    text = json.dumps({"fingerprint": stamp, "set": overrides}, sort_keys=True)
+    return out / f"{'set' if overrides else 'shipped'}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+
+def _score_group(chosen: list, overrides: dict, args, stamp: str) -> list:
+    """Every chosen row simulated under ``overrides``, journaled (module doc); an interrupt is one line
+    on stderr saying how to continue, exit 128 + the signal."""
+    out = _journal_dir(args.out, stamp, overrides)
+    keys = [repr(measurement_key(c.row)) for c in chosen]
+    try:
+        return simulate_rows([(c, overrides) for c in chosen], keys, _one, args.jobs, out, stamp)
+    except StudyInterrupted as exc:
+        print(f"interrupted: {exc.done} of {exc.total} rows of group {json.dumps(overrides) if overrides else 'shipped'} "
+              f"saved in {exc.path}; the same command continues from there", file=sys.stderr)
+        raise SystemExit(128 + int(exc.signal or 2)) from None
 
 
 def _summary(cases, results) -> dict:
@@ -133,6 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rows", action="store_true", help="also print each row of the shipped group")
     parser.add_argument("--data", type=Path, default=_DATA)
     parser.add_argument("--jobs", type=count, default=2, help="processes (>= 1)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/score_serving"),
+                        help="where each group's journal is kept (module doc)")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]")
     args = parser.parse_args(argv)
     groups = [{}] + [parse_set(text) for text in args.sets]
@@ -155,18 +184,18 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{args.backend} {args.model or '(every model)'} {args.mode or ''}: {split_label(args.split, len(chosen))}")
     result = {"backend": args.backend, "model": args.model, "mode": args.mode, "split": args.split,
               "rows": len(chosen), "groups": []}
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for overrides in groups:
-            results = list(pool.map(_one, [(c, overrides) for c in chosen]))
-            if args.rows and not overrides:
-                _print_rows(chosen, results)
-            summary = _summary(chosen, results)
-            result["groups"].append({"set": overrides, **summary})
-            print(f"  {json.dumps(overrides) if overrides else 'shipped':60s} TTFT {summary['median_abs_ttft_error']:6.1%} "
-                  f"({summary['median_signed_ttft_error']:+.1%})  TPOT {summary['median_abs_tpot_error']:6.1%} "
-                  f"({summary['median_signed_tpot_error']:+.1%}; <= {LOW_LOAD_CLIENTS} clients "
-                  f"{_signed(summary['median_signed_tpot_error_low_load'])}, more "
-                  f"{_signed(summary['median_signed_tpot_error_high_load'])})  [{summary['simulated']} simulated]")
+    stamp = fingerprint(args.data)
+    for overrides in groups:
+        results = _score_group(chosen, overrides, args, stamp)
+        if args.rows and not overrides:
+            _print_rows(chosen, results)
+        summary = _summary(chosen, results)
+        result["groups"].append({"set": overrides, **summary})
+        print(f"  {json.dumps(overrides) if overrides else 'shipped':60s} TTFT {summary['median_abs_ttft_error']:6.1%} "
+              f"({summary['median_signed_ttft_error']:+.1%})  TPOT {summary['median_abs_tpot_error']:6.1%} "
+              f"({summary['median_signed_tpot_error']:+.1%}; <= {LOW_LOAD_CLIENTS} clients "
+              f"{_signed(summary['median_signed_tpot_error_low_load'])}, more "
+              f"{_signed(summary['median_signed_tpot_error_high_load'])})  [{summary['simulated']} simulated]")
     print(jsonline.dumps(result))
     return result
 

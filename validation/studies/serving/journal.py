@@ -162,6 +162,7 @@ def simulate_rows(rows: list[dict], keys: list[str], simulate: Callable[[dict], 
                     if not future.cancelled():
                         journal.append(key, future.result())
                 pool.shutdown()
-        if stop():
-            raise StudyInterrupted(len(journal.results), len(rows), journal.path, stop.signal)
+        missing = sum(k not in journal.results for k in keys)
+        if missing:  # stopped on request before the last row (a stop after it has lost nothing)
+            raise StudyInterrupted(len(rows) - missing, len(rows), journal.path, stop.signal)
         return [journal.results[k] for k in keys]
