@@ -136,58 +136,52 @@ def _table(title: str, recs, ev: ServingEvaluator) -> Table:
     return table
 
 
-def run_serving_search(cfg) -> dict:
-    """Search, sweep the loads, print the tables, write every output; return the summary."""
-    started = time.perf_counter()
-    s, search = cfg.serving, cfg.serving.search
-    scfg = build_serving_config(s)
-    ctx = build_serving_context(cfg)
-    graph = build_graph(cfg.topology, cfg.hardware) if s.network else None
-    method, seed, con = str(cfg.planner.name), int(cfg.seed), console()
-    resume_dir = cfg.get("resume")
-    out = Path(resume_dir) if resume_dir else run_dir()
+def _search(cfg, ctx, scfg, graph, out: Path, resume: bool):
+    """The journaled search (``planner.serving.journal``): a stop before the budget is spent raises
+    :class:`SearchInterrupted`, the journal holding every simulation made."""
+    method = str(cfg.planner.name)
     config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
     check_serving_planner(cfg.planner)  # bad input stops here and in serving_space, before the journal is opened
-    space = serving_space(ctx, scfg, search, method)
-    journal = SimJournal(out, config, resume=bool(resume_dir))
+    space = serving_space(ctx, scfg, cfg.serving.search, method)
+    journal = SimJournal(out, config, resume=resume)
     try:
         with StopRequest() as stop:
-            ev, info = search_plans(ctx, scfg, search, method, seed, graph=graph, pcfg=cfg.planner, stop=stop,
-                                    journal=journal, space=space)
+            ev, info = search_plans(ctx, scfg, cfg.serving.search, method, int(cfg.seed), graph=graph,
+                                    pcfg=cfg.planner, stop=stop, journal=journal, space=space)
             if stop() and not ev.done:  # stopped before the budget was spent: the journal holds the rest
                 exc = SearchInterrupted(ev.sims, out)
                 exc.signal, exc.unit = stop.signal, "simulation(s)"
                 raise exc
     finally:
         journal.close()
-    search_s = time.perf_counter() - started
-    ranked = [r for r in ev.ranked() if r.feasible]
-    best = next((r for r in ranked if r.meets), None)
-    keys = [tuple(int(x) for x in a) for a in ev.actions.megatron()]
-    heuristic = [ev.records[k] for k in keys if k in ev.records]
-    heuristic_best = max((r for r in heuristic if r.meets), key=lambda r: r.tokens_per_s_per_gpu, default=None)
-    t0 = time.perf_counter()
-    loads = [x for x in search.loads if float(x) != 1.0]
+    return ev, info
+
+
+def _front_rows(ctx, scfg, search, ev: ServingEvaluator, ranked: list, graph) -> list[dict]:
+    """The Pareto rows: every feasible plan at the configured load, then the best plans of each mode and
+    those on that load's front at every other load of ``search.loads``."""
     rows = mark_front([point(r.result, scfg, 1.0) for r in ranked])
-    # the best plans of each mode and those on the configured load's front go to every other load
     sweep = [r.plan for r in _best_per_mode(ev, int(search.pareto_plans))]
     on_front = [r.plan for r, row in zip(ranked, rows, strict=True) if row["on_front"]]
     sweep += [p for p in on_front if p not in sweep][: 2 * int(search.pareto_plans)]
+    loads = [x for x in search.loads if float(x) != 1.0]
     rows += sweep_loads(ctx, sweep, scfg, loads, graph=graph, runtime=scfg.runtime_profile())
-    rows = mark_front(rows)
-    pareto_s = time.perf_counter() - t0
-    grid = sorted({float(x) for x in search.tpot_grid_ms} | ({float(s.tpot_slo_ms)} if s.tpot_slo_ms else set()))
-    per_slo = best_per_slo(rows, s.ttft_slo_ms, grid)
-    misses = closest_misses(ev.records.values()) if best is None else []
-    load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else f"{scfg.arrival} {scfg.rate:g} req/s"
-    title = (f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, {scfg.runtime}, "
-             f"{load}, ISL {s.isl} OSL {s.osl}, SLO TTFT {s.ttft_slo_ms} ms TPOT {s.tpot_slo_ms} ms: {method}, "
-             f"{ev.sims} simulated plans of {ev.actions.size}")
-    con.print(_table(title, ranked[:10], ev))
-    summary = {
-        "scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus, "planner": method,
-        "seed": seed, "budget": ev.budget, "sims": ev.sims, "proposals": ev.proposals, "space_size": ev.actions.size,
-        "search_wall_s": search_s, "sim_wall_s": ev.sim_wall_s, "pareto_wall_s": pareto_s,
+    return mark_front(rows)
+
+
+def _megatron_best(ev: ServingEvaluator):
+    """The Megatron-style plans' best that meets the SLOs (the baseline beside the search), or ``None``."""
+    keys = [tuple(int(x) for x in a) for a in ev.actions.megatron()]
+    heuristic = [ev.records[k] for k in keys if k in ev.records]
+    return max((r for r in heuristic if r.meets), key=lambda r: r.tokens_per_s_per_gpu, default=None)
+
+
+def _summary(cfg, ctx, scfg, ev, info, best, ranked, per_slo, misses, walls: dict) -> dict:
+    s, heuristic_best = cfg.serving, _megatron_best(ev)
+    return {
+        "scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus,
+        "planner": str(cfg.planner.name), "seed": int(cfg.seed), "budget": ev.budget, "sims": ev.sims,
+        "proposals": ev.proposals, "space_size": ev.actions.size, **walls, "sim_wall_s": ev.sim_wall_s,
         "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate, "runtime": scfg.runtime,
                     "num_requests": scfg.num_requests, "isl": s.isl, "osl": s.osl},
         "slo": {"ttft_ms": s.ttft_slo_ms, "tpot_ms": s.tpot_slo_ms}, "met": best is not None,
@@ -199,19 +193,51 @@ def run_serving_search(cfg) -> dict:
         if best and heuristic_best else None,
         "closest_misses": misses, "best_per_slo": per_slo, "method_info": {k: v for k, v in info.items() if k != "metrics"},
     }
-    _write(out, cfg, ctx, ev, best or (ranked[0] if ranked else None), rows, per_slo, summary, info, scfg)
-    summary["total_wall_s"] = time.perf_counter() - started
-    atomic_write_json(out / "summary.json", summary)
+
+
+def _print_outcome(con, s, best, summary: dict) -> None:
+    """The best plan against the Megatron-style one, or, where no plan meets the SLOs, the closest misses."""
     if best is not None:
         ratio = f" ({summary['ratio_to_megatron']:.3f}x the Megatron-style plan)" if summary["ratio_to_megatron"] else ""
         con.print(f"best: {best.plan.describe()}: {best.tokens_per_s_per_gpu:,.1f} tokens/s/GPU, "
                   f"goodput {best.result.metrics.goodput:.2f}{ratio}")
-    else:
-        con.print(f"[red]no plan meets the SLOs[/red] (TTFT <= {s.ttft_slo_ms} ms, TPOT <= {s.tpot_slo_ms} ms "
-                  f"on the mean); closest:")
-        for m in misses:
-            con.print(f"  {m['plan']}: TTFT {m['ttft_ms']:,.0f} ms (+{m['ttft_over_pct']:.0f}%), "
-                      f"TPOT {m['tpot_ms']:,.1f} ms (+{m['tpot_over_pct']:.0f}%)")
+        return
+    con.print(f"[red]no plan meets the SLOs[/red] (TTFT <= {s.ttft_slo_ms} ms, TPOT <= {s.tpot_slo_ms} ms "
+              f"on the mean); closest:")
+    for m in summary["closest_misses"]:
+        con.print(f"  {m['plan']}: TTFT {m['ttft_ms']:,.0f} ms (+{m['ttft_over_pct']:.0f}%), "
+                  f"TPOT {m['tpot_ms']:,.1f} ms (+{m['tpot_over_pct']:.0f}%)")
+
+
+def run_serving_search(cfg) -> dict:
+    """Search, sweep the loads, print the tables, write every output; return the summary."""
+    started = time.perf_counter()
+    s, search, con = cfg.serving, cfg.serving.search, console()
+    scfg, ctx = build_serving_config(s), build_serving_context(cfg)
+    graph = build_graph(cfg.topology, cfg.hardware) if s.network else None
+    resume_dir = cfg.get("resume")
+    out = Path(resume_dir) if resume_dir else run_dir()
+    ev, info = _search(cfg, ctx, scfg, graph, out, bool(resume_dir))
+    search_s = time.perf_counter() - started
+    ranked = [r for r in ev.ranked() if r.feasible]
+    best = next((r for r in ranked if r.meets), None)
+    t0 = time.perf_counter()
+    rows = _front_rows(ctx, scfg, search, ev, ranked, graph)
+    pareto_s = time.perf_counter() - t0
+    grid = sorted({float(x) for x in search.tpot_grid_ms} | ({float(s.tpot_slo_ms)} if s.tpot_slo_ms else set()))
+    per_slo = best_per_slo(rows, s.ttft_slo_ms, grid)
+    misses = closest_misses(ev.records.values()) if best is None else []
+    load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else f"{scfg.arrival} {scfg.rate:g} req/s"
+    con.print(_table(f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
+                     f"{scfg.runtime}, {load}, ISL {s.isl} OSL {s.osl}, SLO TTFT {s.ttft_slo_ms} ms TPOT "
+                     f"{s.tpot_slo_ms} ms: {cfg.planner.name}, {ev.sims} simulated plans of {ev.actions.size}",
+                     ranked[:10], ev))
+    summary = _summary(cfg, ctx, scfg, ev, info, best, ranked, per_slo, misses,
+                       {"search_wall_s": search_s, "pareto_wall_s": pareto_s})
+    _write(out, cfg, ctx, ev, best or (ranked[0] if ranked else None), rows, per_slo, summary, info, scfg)
+    summary["total_wall_s"] = time.perf_counter() - started
+    atomic_write_json(out / "summary.json", summary)
+    _print_outcome(con, s, best, summary)
     con.print(f"searched in {search_s:.1f} s ({ev.sims} simulations, {ev.sim_wall_s:.1f} s simulating), "
               f"front over {len(search.loads)} loads in {pareto_s:.1f} s  ->  run dir: {out}")
     return summary

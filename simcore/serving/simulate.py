@@ -264,6 +264,81 @@ def _unloaded_s(cluster: _Cluster, req: Request) -> float:
     return prefill + (req.output_len - 1) * decode
 
 
+class _Clients:
+    """Who sends each request, and when (module doc): ``concurrency`` closed-loop clients, or requests at
+    their own arrival times. :meth:`finished` counts each request that ends and hands a closed-loop
+    client its next one; :attr:`all_done` fires with the last."""
+
+    def __init__(self, env: simpy.Environment, cfg: ServingConfig, reqs: list[Request]):
+        self.env, self.cfg, self.reqs = env, cfg, reqs
+        self.pending = iter(reqs)
+        self.done: list[Request] = []
+        self.all_done = env.event()
+        self.cluster: RequestIntake | None = None
+
+    def finished(self, req: Request) -> None:
+        self.done.append(req)
+        if len(self.done) == len(self.reqs):
+            self.all_done.succeed()
+        elif self.cfg.arrival == "closed":
+            self._send(next(self.pending, None), req.client)
+
+    def start(self, cluster: RequestIntake) -> None:
+        """Send the opening requests (each closed-loop client's first, spread over one unloaded request's
+        time with ``stagger``) or start the timed arrivals."""
+        self.cluster, cfg = cluster, self.cfg
+        clients = min(cfg.concurrency, len(self.reqs))
+        if cfg.arrival == "closed" and cfg.stagger:
+            self.env.process(self._staggered(clients, _unloaded_s(cluster, self.reqs[0]) / cfg.concurrency))
+        elif cfg.arrival == "closed":
+            for client in range(clients):
+                self._send(next(self.pending), client)
+        else:
+            self.env.process(self._timed())
+
+    def _send(self, req: Request | None, client: int) -> None:
+        if req is None:
+            return
+        req.arrival_s, req.client = self.env.now, client
+        self.cluster.route(req)
+
+    def _staggered(self, clients: int, spacing_s: float):
+        for client in range(clients):
+            if client:
+                yield self.env.timeout(spacing_s)
+            self._send(next(self.pending), client)
+
+    def _timed(self):
+        for req in self.reqs:
+            if req.arrival_s > self.env.now:
+                yield self.env.timeout(req.arrival_s - self.env.now)
+            self.cluster.route(req)
+
+
+def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish, fast: bool):
+    """The plan's workers: a re-sharding :class:`~.seesaw.SeesawCluster` or a :class:`_Cluster`."""
+    if plan.mode == "seesaw":
+        from .seesaw import SeesawCluster  # it imports this module
+
+        return SeesawCluster(env, ctx, plan, runtime, on_finish, fast)
+    return _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
+
+
+def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request], wall_s: float) -> ServingResult:
+    """The metrics over the requests after the warm-up, with the run's step and lowering counts."""
+    workers = [w for ws in cluster.pools.values() for w in ws]
+    preempt = sum(g.preemptions for w in workers for g in w.groups)
+    measured = [r for r in done if r.rid >= cfg.warmup]
+    metrics = summarize(measured, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
+    result = ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
+                           lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
+                           wall_s=wall_s)
+    if plan.mode == "seesaw":
+        result.reshard_s, result.switches = cluster.reshard_s, cluster.switches
+        metrics.extra["swap_in_s"] = cluster.swap_in_s  # host-to-GPU copies charged at switches
+    return result
+
+
 def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, graph=None,
                      runtime: RuntimeProfile | None = None, fast: bool = True) -> ServingResult:
     """Serve ``cfg.num_requests`` requests with ``plan``; ``graph`` (a topology) makes KV hand-offs flows.
@@ -275,72 +350,17 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
     start = time.perf_counter()
     runtime = plan.runtime_for(runtime or cfg.runtime_profile())
     rng = np.random.default_rng(cfg.seed)
-    specs = _requests(cfg, rng)
     env = simpy.Environment()
-    done: list[Request] = []
-    reqs = [Request(i, a, isl, osl) for i, (a, isl, osl) in enumerate(specs)]
-    pending = iter(reqs)
-    all_done = env.event()
-
-    def on_finish(req: Request) -> None:
-        done.append(req)
-        if len(done) == len(reqs):
-            all_done.succeed()
-        elif cfg.arrival == "closed":
-            _send(next(pending, None), req.client)
-
+    clients = _Clients(env, cfg, [Request(i, a, isl, osl) for i, (a, isl, osl) in enumerate(_requests(cfg, rng))])
     try:
-        if plan.mode == "seesaw":
-            from .seesaw import SeesawCluster  # it imports this module
-
-            cluster = SeesawCluster(env, ctx, plan, runtime, on_finish, fast)
-        else:
-            cluster = _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
+        cluster = _cluster(env, ctx, plan, runtime, graph, clients.finished, fast)
+        clients.start(cluster)
+        env.run(until=clients.all_done)
     except PlanInfeasible as exc:
         return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
-
-    def _send(req: Request | None, client: int) -> None:
-        if req is None:
-            return
-        req.arrival_s, req.client = env.now, client
-        cluster.route(req)
-
-    def open_loop():
-        for req in reqs:
-            if req.arrival_s > env.now:
-                yield env.timeout(req.arrival_s - env.now)
-            cluster.route(req)
-
-    def staggered(spacing: float):
-        for client in range(min(cfg.concurrency, len(reqs))):
-            if client:
-                yield env.timeout(spacing)
-            _send(next(pending), client)
-
-    try:
-        if cfg.arrival == "closed" and cfg.stagger:
-            env.process(staggered(_unloaded_s(cluster, reqs[0]) / cfg.concurrency))
-        elif cfg.arrival == "closed":
-            for client in range(min(cfg.concurrency, len(reqs))):
-                _send(next(pending), client)
-        else:
-            env.process(open_loop())
-        env.run(until=all_done)
     except RuntimeError as exc:  # SimPy: no events left before every request finished
         if "until" not in str(exc):
             raise
         return ServingResult(plan, None, False, "stalled: requests wait that no step can admit",
                              wall_s=time.perf_counter() - start)
-    except PlanInfeasible as exc:
-        return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
-    workers = [w for ws in cluster.pools.values() for w in ws]
-    preempt = sum(g.preemptions for w in workers for g in w.groups)
-    measured = [r for r in done if r.rid >= cfg.warmup]
-    metrics = summarize(measured, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
-    result = ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
-                           lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
-                           wall_s=time.perf_counter() - start)
-    if plan.mode == "seesaw":
-        result.reshard_s, result.switches = cluster.reshard_s, cluster.switches
-        metrics.extra["swap_in_s"] = cluster.swap_in_s  # host-to-GPU copies charged at switches
-    return result
+    return _result(plan, cfg, cluster, clients.done, time.perf_counter() - start)
