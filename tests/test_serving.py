@@ -68,9 +68,10 @@ def test_step_cost_memo_equals_lowering():
     ref += layers * sum(float(t.time_s[0]) * t.count for t in blocks["dense_layer"])
     # the decode lowering prices attention at the mean context: the same bytes and FLOPs in one kernel
     assert sum(times) == pytest.approx(ref, rel=1e-9)
-    # memoized: the same token count again runs no lowering
+    # memoized: the same token count again runs no lowering, and its stage times are a fresh cost's
     before = cost.lowerings
-    cost.stage_times([GroupBatch.of([], [c + 1 for c in contexts], 16)])
+    later = [GroupBatch.of([], [c + 1 for c in contexts], 16)]
+    assert cost.stage_times(later) == StepCost(ctx, s).stage_times(later)
     assert cost.lowerings == before
 
 
@@ -387,3 +388,26 @@ def test_the_step_memo_stays_exact_under_skewed_routing():
     assert cost.lowerings == before  # taken from the memo
     assert memoized == StepCost(ctx, s).stage_times(second)
     assert memoized != StepCost(base, s).stage_times(second)
+
+
+def test_inter_token_latencies_are_every_gap_of_every_request():
+    """The vectorised gaps equal the pairwise reference (exactly), and a request of one token has none."""
+    import numpy as np
+
+    from simcore.serving.metrics import summarize
+    from simcore.serving.requests import Request
+
+    rng = np.random.default_rng(3)
+    reqs = []
+    for rid in range(20):
+        times = list(np.cumsum(rng.exponential(0.01, int(rng.integers(1, 40)))) + rid)
+        req = Request(rid, float(rid), 10, len(times))
+        req.first_token_s, req.finish_s, req.token_times, req.generated = times[0], times[-1], times, len(times)
+        reqs.append(req)
+    gaps = [b - a for r in reqs for a, b in zip(r.token_times, r.token_times[1:], strict=False)]
+    itl = summarize(reqs, 1, None, None).itl_s
+    assert itl["mean"] == float(np.asarray(gaps).mean()) and itl["p99"] == float(np.percentile(gaps, 99))
+    one = Request(0, 0.0, 10, 1)
+    one.first_token_s = one.finish_s = 1.0
+    one.token_times, one.generated = [1.0], 1
+    assert math.isnan(summarize([one], 1, None, None).itl_s["mean"])

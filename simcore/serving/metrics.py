@@ -65,7 +65,10 @@ def summarize(requests: list[Request], gpus: int, ttft_slo_s: float | None, tpot
     done = [r for r in requests if r.done]
     ttft = [r.first_token_s - r.arrival_s for r in done]
     tpot = [(r.finish_s - r.first_token_s) / (r.output_len - 1) for r in done if r.output_len > 1]
-    itl = [b - a for r in done for a, b in zip(r.token_times, r.token_times[1:], strict=False)]
+    # every gap in request order, as a list comprehension over the pairs would give (np.diff: the same
+    # subtractions, ~20x faster over the million gaps of 1000 requests of 1k tokens)
+    gaps = [np.diff(np.asarray(r.token_times, dtype=float)) for r in done if len(r.token_times) > 1]
+    itl = np.concatenate(gaps) if gaps else []
     e2e = [r.finish_s - r.arrival_s for r in done]
     start = min((r.arrival_s for r in done), default=0.0)
     end = max((r.finish_s for r in done), default=0.0)

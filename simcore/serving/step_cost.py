@@ -109,7 +109,8 @@ class StepCost:
         dense, moe, _ = stage_layers(self.model, np.array([strategy.pp]))
         self.dense_layers, self.moe_layers = dense[0].tolist(), moe[0].tolist()
         self.linear_layers = _linear_per_stage(self.model, strategy.pp)
-        self._memo: dict[tuple[int, int], tuple[list[float], int, list[int]]] = {}
+        self._memo: dict[tuple[int, int], dict[str, tuple[float, int, int]]] = {}
+        self._stage_memo: dict[tuple[int, int], tuple[tuple[float, ...], int, tuple[int, ...]]] = {}
         self.lowerings = 0  # how many times the lowering actually ran (the memo's misses)
         one = StrategyArrays.from_strategies([strategy.replace(dp=1, batch=strategy.ep, microbatches=1)])
         self._arrays = one
@@ -157,9 +158,16 @@ class StepCost:
         self._memo[key] = out
         return out
 
-    def _lowered(self, tokens: int, sampled: int) -> tuple[list[float], int, list[int]]:
+    def _lowered(self, tokens: int, sampled: int) -> tuple[tuple[float, ...], int, tuple[int, ...]]:
         """Per-stage GPU seconds of everything but attention, the kernels launched, and the compute
-        kernels of each stage."""
+        kernels of each stage (memoized: a pure function of the two counts, asked once per step)."""
+        key = (tokens, sampled)
+        hit = self._stage_memo.get(key)
+        if hit is None:
+            hit = self._stage_memo[key] = self._lower_stages(tokens, sampled)
+        return hit
+
+    def _lower_stages(self, tokens: int, sampled: int) -> tuple[tuple[float, ...], int, tuple[int, ...]]:
         s, b, none = self.strategy, self._blocks(tokens, sampled), (0.0, 0, 0)
         moe_s = self.runtime.moe_layer_s if self.runtime is not None else 0.0
         times, launches, compute = [], 0, []
@@ -169,7 +177,7 @@ class StepCost:
             times.append(sum(n * t for n, (t, _, _) in layers) + sum(t for t, _, _ in edge) + self.moe_layers[p] * moe_s)
             launches += sum(n * k for n, (_, k, _) in layers) + sum(k for _, k, _ in edge)
             compute.append(sum(n * c for n, (_, _, c) in layers) + sum(c for _, _, c in edge))
-        return times, launches, compute
+        return tuple(times), launches, tuple(compute)
 
     def draft(self, groups: list[GroupBatch]) -> tuple[float, int]:
         """GPU seconds and kernels of a step's speculative draft passes (:mod:`.speculative`): the
