@@ -218,6 +218,12 @@ def _app(name, *args, cwd):
     ("search", ["serving.search.pareto_plans=-1"], "serving.search.pareto_plans"),
     ("sim", ["serving.num_requests=0"], "serving.num_requests"),
     ("sim", ["serving.seed=-1"], "serving.seed"),
+    # named as set: had been "serving.isl.std" and "serving.ttft_slo_s ... got -0.005" (converted to seconds)
+    ("sim", ["serving.isl_std=-1"], "serving.isl_std"),
+    ("sim", ["serving.ttft_slo_ms=0"], "serving.ttft_slo_ms"),
+    ("search", ["serving.tpot_slo_ms=-5"], "serving.tpot_slo_ms must be a positive number of milliseconds, got -5.0"),
+    # seesaw-only: had been accepted and ignored on an aggregated plan
+    ("sim", ["serving.plan.host_kv_bytes_per_gpu=1e11"], "serving.plan.host_kv_bytes_per_gpu"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     (tmp_path / "missing.csv").write_text("arrival_s,input_len\n0,10\n")

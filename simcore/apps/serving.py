@@ -14,6 +14,7 @@ line, exit code 2.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +120,8 @@ def _length(mean, std: float, name: str):
 
     if isinstance(mean, bool) or not isinstance(mean, int) or mean < 1:
         raise UserError(f"{name} must be a positive integer, got {mean!r}")
+    if not (std >= 0 and math.isfinite(std)):
+        raise UserError(f"{name}_std must be a finite number >= 0, got {std!r}")
     return LengthDist("lognormal" if std > 0 else "fixed", mean=float(mean), std=float(std), name=name)
 
 
@@ -140,8 +143,12 @@ def build_serving_config(s, load: float = 1.0):
     rate scaled by ``load``; a bad field raises :class:`UserError` naming it (the trace is read here)."""
     from simcore.serving import ServingConfig, ServingInputError, read_trace
 
-    def ms(v):
-        return None if v is None else float(v) / 1e3
+    def ms(v, name: str):  # an SLO in ms, checked here so that the error names the field as set
+        if v is None:
+            return None
+        if not (float(v) > 0 and math.isfinite(float(v))):
+            raise UserError(f"serving.{name} must be a positive number of milliseconds, got {v!r}")
+        return float(v) / 1e3
 
     try:
         if s.trace:
@@ -160,7 +167,7 @@ def build_serving_config(s, load: float = 1.0):
                              mem_fraction=None if s.get("mem_fraction") is None else float(s.mem_fraction),
                              spec_tokens=_spec_tokens(s.get("spec_tokens", 0)),
                              spec_accept=None if s.get("spec_accept") is None else _spec_accept(s.spec_accept),
-                             ttft_slo_s=ms(s.ttft_slo_ms), tpot_slo_s=ms(s.tpot_slo_ms), seed=int(s.seed))
+                             ttft_slo_s=ms(s.ttft_slo_ms, "ttft_slo_ms"), tpot_slo_s=ms(s.tpot_slo_ms, "tpot_slo_ms"), seed=int(s.seed))
     except ServingInputError as exc:
         raise UserError(str(exc)) from None
 
@@ -206,6 +213,9 @@ def plan_from_dict(d: dict):
 
     mode = d.get("mode", "agg")
     spec = {} if d.get("spec_tokens") is None else {"spec_tokens": d["spec_tokens"]}
+    if mode != "seesaw" and d.get("host_kv_bytes_per_gpu") is not None:
+        raise UserError(f"serving.plan.host_kv_bytes_per_gpu: only a seesaw plan parks KV in host memory "
+                        f"(mode is {mode!r})")
     try:
         if mode == "agg":
             return ServingPlan("agg", pool=_pool(d.get("pool") or d.get("both") or {}, "pool"), **spec)
