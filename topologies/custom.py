@@ -27,6 +27,7 @@ from typing import Any
 import networkx as nx
 import yaml
 
+from simcore.apps.common import atomic_write_text
 from simcore.collectives.constants import FABRICS
 from simcore.hardware import get_gpu
 from topologies.graph import NODE_KINDS, gpu_nodes, validate_topology
@@ -158,5 +159,4 @@ def dump_topology_yaml(graph: nx.DiGraph, path: str | Path) -> None:
     spec = {key: graph.graph[key] for key in keys}
     spec["fabric"] = graph.graph.get("fabric", "ib")
     spec.update(nodes=nodes, links=links)
-    with open(path, "w", encoding="utf-8") as fh:
-        yaml.safe_dump(spec, fh, sort_keys=False, default_flow_style=None, width=200)
+    atomic_write_text(path, yaml.safe_dump(spec, sort_keys=False, default_flow_style=None, width=200))

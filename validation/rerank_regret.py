@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simcore.apps.common import atomic_write_text
+
 __all__ = ["SCENARIOS", "MORE", "TARGET", "regret", "run_scenario", "main"]
 
 SCENARIOS = ("dense-70b-1node", "dense-70b-prefill", "mixtral-2node", "deepseek-8node", "gptmoe-1.6t-16k")
@@ -169,8 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append(run_scenario(name, args.pool, args.k, args.budget, Path(args.out), overrides=tuple(args.set),
                                  max_wall_s=args.max_wall_s))
         _print(rows[-1])
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "rows.json").write_text(json.dumps(rows, indent=1))
+        atomic_write_text(Path(args.out) / "rows.json", json.dumps(rows, indent=1))  # each scenario as it ends
     headline = {"target": TARGET, "pool": args.pool, "k": args.k, "budget": args.budget, "set": args.set,
                 "regret_before": {r["scenario"]: round(r["regret_before"], 4) for r in rows},
                 "regret_after": {r["scenario"]: round(r["regret_after"], 4) for r in rows},

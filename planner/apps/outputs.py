@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from simcore.apps.common import atomic_write_text
+from simcore.apps.common import atomic_save_figure, atomic_write_text
 from simcore.memory import reason_names
 from simcore.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.strategy import Strategy, megatron_sharding
@@ -72,10 +72,8 @@ def plot_curve(path: Path, result: SearchResult, title: str, megatron: float | N
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    atomic_save_figure(fig, path, dpi=110)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def sharding_diff(strategy: Strategy, ops: tuple[str, ...]) -> str:

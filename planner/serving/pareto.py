@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simcore.apps.common import atomic_save_figure
 from simcore.serving import ServingConfig, ServingPlan, simulate_serving
 
 from .evaluator import slo_miss
@@ -170,6 +171,5 @@ def plot_front(path: Path, rows: list[dict], title: str) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path, dpi=120)
     plt.close(fig)

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["cli_errors", "atomic_write_text", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
+__all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
            "check_known_keys"]
 
 
@@ -111,6 +111,23 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_save_figure(fig, path: str | os.PathLike, **savefig_kw) -> Path:
+    """``fig.savefig`` through a temporary file in the same folder and a rename (the format from
+    ``path``'s suffix), so a reader never sees half an image and a failed save leaves the old one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or None, **savefig_kw)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

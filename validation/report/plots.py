@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from simcore.apps.common import atomic_save_figure
+
 from .jobs import Job
 
 __all__ = ["throughput_plot", "curves_plot"]
@@ -79,7 +81,7 @@ def throughput_plot(jobs: list[Job], path: Path) -> Path | None:
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 
@@ -105,6 +107,6 @@ def curves_plot(jobs: list[Job], path: Path) -> Path | None:
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path

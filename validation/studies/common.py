@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from simcore.apps.common import atomic_write_json, atomic_write_text
+from simcore.apps.common import atomic_save_figure, atomic_write_json, atomic_write_text
 
 __all__ = ["atomic_write_json", "atomic_write_text", "write_csv", "pyplot", "save_figure", "split_kind", "pct"]
 
@@ -40,7 +40,7 @@ def save_figure(fig, path: str | Path, dpi: int = 100, tight: bool = True) -> No
     """Lay out (``tight``), save and close ``fig``."""
     if tight:
         fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    atomic_save_figure(fig, path, dpi=dpi)
     pyplot().close(fig)
 
 

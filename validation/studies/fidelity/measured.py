@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from validation.split import split_of
+from validation.studies.common import atomic_write_text, write_csv
 
 __all__ = ["DIFFER", "DATA", "collective_rows", "deepep_rows", "inference_rows", "run", "main"]
 
@@ -206,12 +207,9 @@ def run(out_dir: str | Path, quick: bool = False, report: str | Path | None = No
     rows = collective_rows(limit=limit) + deepep_rows(limit=limit) + inference_rows(limit=limit)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "measured.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "measured.csv", list(rows[0]), rows)
     summary = summarize(rows) | {"quick": quick}
-    (out / "measured.json").write_text(json.dumps(summary, indent=1))
+    atomic_write_text(out / "measured.json", json.dumps(summary, indent=1))
     write_section(Path(report) if report else out / "report.md", summary, rows)
     return summary
 

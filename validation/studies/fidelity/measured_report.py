@@ -12,7 +12,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from validation.studies.common import pct
+from validation.studies.common import atomic_write_text, pct
 
 __all__ = ["BEGIN", "END", "summarize", "section", "write_section"]
 
@@ -124,5 +124,4 @@ def write_section(path: Path, summary: dict, rows: list[dict]) -> None:
         text = head + new.rstrip("\n") + rest.split(END, 1)[1]
     else:
         text = (text.rstrip("\n") + "\n\n" if text else "") + new
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    atomic_write_text(path, text)

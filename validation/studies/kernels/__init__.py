@@ -4,13 +4,12 @@ split (``fit`` rows calibrated the constants, ``test`` rows did not) with row co
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from simcore.hardware import get_gpu
 from validation.fit_kernels import evaluate, load_samples
 from validation.split import split_label
-from validation.studies.common import atomic_write_json
+from validation.studies.common import atomic_write_json, write_csv
 
 __all__ = ["run"]
 
@@ -23,13 +22,11 @@ def run(data_path: str | Path, out_dir: str | Path, gpu: str = "h100-sxm") -> di
         raise ValueError(f"data: no usable kernel rows in {data_path}")
     ratio, stats = evaluate(samples, get_gpu(gpu))
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "rows.csv", "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["line", "split", "family", "kernel", "predicted_over_measured", "rel_error"])
-        for sample, r in zip(samples, ratio, strict=True):
-            writer.writerow([sample.line, sample.split, sample.family, sample.kernel, f"{r:.4f}", f"{r - 1:.4f}"])
-        for line, kernel, reason in skipped:
-            writer.writerow([line, "", "", kernel, "", f"skipped: {reason}"])
+    columns = ["line", "split", "family", "kernel", "predicted_over_measured", "rel_error"]
+    write_csv(out / "rows.csv", columns,
+              [dict(zip(columns, (s.line, s.split, s.family, s.kernel, f"{r:.4f}", f"{r - 1:.4f}"), strict=True))
+               for s, r in zip(samples, ratio, strict=True)]
+              + [{"line": line, "kernel": kernel, "rel_error": f"skipped: {reason}"} for line, kernel, reason in skipped])
     by_split = {}
     for split in sorted({s.split for s in samples}, key=lambda name: name != "test"):
         chosen = [s for s in samples if s.split == split]

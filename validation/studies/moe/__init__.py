@@ -16,11 +16,10 @@ unnamed GPU).
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants
-from validation.studies.common import atomic_write_json
+from validation.studies.common import atomic_write_json, write_csv
 
 from .model import bottleneck_bytes, error, evaluate, predict
 from .plot import plot_errors
@@ -55,12 +54,8 @@ def run(data_path: str | Path, out_dir: str | Path, c: DeepEPConstants = DEFAULT
     for line, reason in skipped:
         print(f"skipped line {line}: {reason}")
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "rows.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(records[0]) + ["skipped"])
-        writer.writeheader()
-        writer.writerows(records)
-        for line, reason in skipped:
-            writer.writerow({"line": line, "skipped": reason})
+    write_csv(out / "rows.csv", list(records[0]) + ["skipped"],
+              records + [{"line": line, "skipped": reason} for line, reason in skipped])
     plot_errors(records, out / "moe_errors.png")
     result = {"study": "moe", "data": str(data_path), "rows_used": len(records), "rows_skipped": len(skipped),
               "fit": summary["by_split"].get("fit"), "test": summary["by_split"].get("test"),
