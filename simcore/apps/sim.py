@@ -13,6 +13,7 @@ simulator (see :mod:`simcore.export`), and writes ``export_<target>.txt``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
@@ -160,6 +161,43 @@ def _breakdown_table(title: str, proxy, sim) -> Table:
     return table
 
 
+def _print_comparison(cfg, ctx, strategy, proxy, sim) -> None:
+    """The proxy's and the simulator's step side by side, the proxy's operators, and each verdict."""
+    con = console()
+    con.print(_breakdown_table(f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
+                               f"{ctx.workload.phase}, tp={strategy.tp} ep={strategy.ep} pp={strategy.pp} "
+                               f"dp={strategy.dp} batch={strategy.batch} mb={strategy.microbatches}", proxy, sim))
+    ops = Table(title="proxy: one step by operator")
+    ops.add_column("operator")
+    ops.add_column("ms", justify="right")
+    ops.add_column("share", justify="right")
+    for name, value in sorted(proxy.by_operator.items(), key=lambda kv: -kv[1]):
+        ops.add_row(name, f"{value * 1e3:.3f}", f"{value / proxy.step_time_s:.1%}")
+    con.print(ops)
+    for label, r in (("proxy", proxy), ("simulator", sim)):
+        verdict = "valid" if r.valid else f"INVALID ({', '.join(r.reasons)})"
+        con.print(f"{label}: {verdict}")
+
+
+def _write_outputs(cfg, ctx, graph, engine, strategy, sim, payload: dict, out: Path) -> list[str]:
+    """``result.json``, ``trace.json`` and, with ``export``, the launch command (also printed, plain, so
+    it stays copy-pasteable); returns the names written."""
+    written = []
+    if cfg.export is not None:
+        exported = export_plan(strategy, ctx.model, str(cfg.export), ctx=ctx, graph=graph, engine=engine,
+                               plan_sim=sim.tokens_per_s_per_gpu)
+        text = exported.to_text()
+        print(text, end="", flush=True)
+        atomic_write_text(out / f"export_{exported.target}.txt", text)
+        payload["export"] = exported.to_dict()
+        written.append(f"export_{exported.target}.txt")
+    written.insert(0, atomic_write_json(out / "result.json", payload).name)
+    if sim.trace is not None:
+        write_trace(out / "trace.json", sim.trace)
+        written.insert(1, "trace.json")
+    return written
+
+
 def run(cfg: DictConfig) -> dict:
     """Simulate the strategy beside the proxy, print both, write ``result.json`` and ``trace.json``
     (and, with ``export``, the target's launch command into ``export_<target>.txt``).
@@ -183,39 +221,14 @@ def run(cfg: DictConfig) -> dict:
         raise UserError(overflow)
     proxy = evaluate(ctx, strategy)
     sim = simulate(ctx, graph, strategy, engine)
-    con = console()
-    con.print(_breakdown_table(f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
-                               f"{ctx.workload.phase}, tp={strategy.tp} ep={strategy.ep} pp={strategy.pp} "
-                               f"dp={strategy.dp} batch={strategy.batch} mb={strategy.microbatches}", proxy, sim))
-    ops = Table(title="proxy: one step by operator")
-    ops.add_column("operator")
-    ops.add_column("ms", justify="right")
-    ops.add_column("share", justify="right")
-    for name, value in sorted(proxy.by_operator.items(), key=lambda kv: -kv[1]):
-        ops.add_row(name, f"{value * 1e3:.3f}", f"{value / proxy.step_time_s:.1%}")
-    con.print(ops)
-    for label, r in (("proxy", proxy), ("simulator", sim)):
-        verdict = "valid" if r.valid else f"INVALID ({', '.join(r.reasons)})"
-        con.print(f"{label}: {verdict}")
+    _print_comparison(cfg, ctx, strategy, proxy, sim)
     out = run_dir()
     payload = {"scenario": cfg.scenario, "strategy_source": source, "model": model_summary(ctx.model),
                "proxy": proxy.to_dict(), "sim": sim.to_dict()}
-    if cfg.export is not None:
-        exported = export_plan(strategy, ctx.model, str(cfg.export), ctx=ctx, graph=graph, engine=engine,
-                               plan_sim=sim.tokens_per_s_per_gpu)
-        text = exported.to_text()
-        print(text, end="", flush=True)  # plain print: the command stays copy-pasteable
-        atomic_write_text(out / f"export_{exported.target}.txt", text)
-        payload["export"] = exported.to_dict()
-    written = [atomic_write_json(out / "result.json", payload).name]
-    if sim.trace is not None:
-        write_trace(out / "trace.json", sim.trace)
-        written.append("trace.json")
-    if cfg.export is not None:
-        written.append(f"export_{exported.target}.txt")
+    written = _write_outputs(cfg, ctx, graph, engine, strategy, sim, payload, out)
     if note:
-        con.print(f"simulated: {source} of {cfg.scenario}")
-    con.print(f"simulated in {sim.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
+        console().print(f"simulated: {source} of {cfg.scenario}")
+    console().print(f"simulated in {sim.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
     structural = [r for r in proxy.reasons if r not in ("hbm_capacity", "ttft_slo", "tpot_slo")]
     if structural:  # the user's strategy cannot run at all: bad input (results are written above)
         raise UserError(f"strategy: not runnable on {ctx.cluster.num_gpus} GPUs of {ctx.model.name}: "

@@ -79,34 +79,10 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
     mode, why, axes = choose_mode(ctx, graph, strategy, cfg)
     result.mode, result.mode_reason = mode, why
 
-    def _run_phase(ctx, graph, s, cfg, phase, context=None):
-        if mode == "folded":
-            return run_folded(ctx, graph, s, cfg, phase, context)
-        return run_per_gpu(ctx, graph, s, cfg, phase, context, axes)
-
     def _step(run):  # the host's time, once per simulated step, beside the GPU's (simcore.host)
         return with_host(run.time_s, ctx.cluster.gpu.iteration_overhead_s, w.host_overlap)
 
-    runs = []
-    if w.phase == "decode":
-        dec = _run_phase(ctx, graph, strategy, cfg, "decode")
-        runs.append((dec, 1.0))
-        step, ttft, tpot, tokens = _step(dec), float("nan"), _step(dec), float(strategy.batch)
-    else:
-        pre = _run_phase(ctx, graph, strategy, cfg, "prefill")
-        runs.append((pre, 1.0))
-        if w.phase == "prefill":
-            step, ttft, tpot, tokens = _step(pre), _step(pre), float("nan"), float(strategy.batch * w.input_len)
-        else:
-            seg = w.output_len / STATIC_SAMPLES
-            decode = 0.0
-            for i in range(STATIC_SAMPLES):
-                context = w.input_len + (i + 0.5) * seg - 0.5
-                run = _run_phase(ctx, graph, strategy, cfg, "decode", context)
-                runs.append((run, seg))
-                decode += _step(run) * seg
-            step, ttft, tpot = _step(pre) + decode, _step(pre), decode / w.output_len
-            tokens = float(strategy.batch * w.output_len)
+    runs, step, ttft, tpot, tokens = _phases(ctx, graph, strategy, cfg, mode, axes, _step)
     reasons = [r for r in proxy.reasons if r == "hbm_capacity"]
     if w.ttft_slo_s is not None and ttft == ttft and ttft > w.ttft_slo_s:
         reasons.append("ttft_slo")
@@ -130,6 +106,31 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
                                     ctx=ctx, per_gpu=mode == "per-gpu")
     result.wall_s = time.perf_counter() - start
     return result
+
+
+def _phases(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig, mode: str, axes, step):
+    """Simulate the workload's phases: ``(runs, step_s, ttft_s, tpot_s, tokens)``, ``runs`` the
+    ``(run, weight)`` of each simulated step (a static batch's decode sampled at ``STATIC_SAMPLES``
+    contexts, each weighing its share of the output tokens) and ``step(run)`` one step's time with the host's."""
+    w = ctx.workload
+
+    def run_phase(phase, context=None):
+        if mode == "folded":
+            return run_folded(ctx, graph, strategy, cfg, phase, context)
+        return run_per_gpu(ctx, graph, strategy, cfg, phase, context, axes)
+
+    if w.phase == "decode":
+        dec = run_phase("decode")
+        return [(dec, 1.0)], step(dec), float("nan"), step(dec), float(strategy.batch)
+    pre = run_phase("prefill")
+    if w.phase == "prefill":
+        return [(pre, 1.0)], step(pre), step(pre), float("nan"), float(strategy.batch * w.input_len)
+    runs, seg, decode = [(pre, 1.0)], w.output_len / STATIC_SAMPLES, 0.0
+    for i in range(STATIC_SAMPLES):
+        run = run_phase("decode", w.input_len + (i + 0.5) * seg - 0.5)
+        runs.append((run, seg))
+        decode += step(run) * seg
+    return runs, step(pre) + decode, step(pre), decode / w.output_len, float(strategy.batch * w.output_len)
 
 
 def _stage_splits(pp: int, runs, step) -> list[dict[str, float]]:
