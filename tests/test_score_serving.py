@@ -48,9 +48,12 @@ def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path)
     (["--set", "moe_layer_s=-1"], "moe_layer_s must be >= 0"),
     (["--model", "no-such-model"], "--backend/--model/--mode"),
     (["--data", "/no/such.csv"], "--data"),
+    (["--out", "A_FILE"], "--out"),  # a file where the journal's folder goes: had been a traceback
 ])
 def test_bad_input_is_one_named_line_and_exit_2(tmp_path, capsys, args, named):
     argv = ["--backend", "trtllm", "--jobs", "1", "--out", str(tmp_path / "journal")] + (["--data", str(_rows(tmp_path, 1))] if "--data" not in args else [])
+    (tmp_path / "a_file").write_text("")
+    args = [str(tmp_path / "a_file") if a == "A_FILE" else a for a in args]
     with pytest.raises(SystemExit) as exc:
         score_serving.main(argv + args)
     assert exc.value.code == 2

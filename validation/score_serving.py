@@ -167,6 +167,10 @@ def main(argv: list[str] | None = None) -> dict:
     groups = [{}] + [parse_set(text) for text in args.sets]
     if not args.data.is_file():
         _fail(f"--data {args.data}: no such file")
+    try:  # the journal's folder: bad input is named here, before any simulation
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        _fail(f"--out {args.out}: cannot hold the journal ({exc.strerror or exc})")
     cases = load_cases(args.data)
     dup = duplicates(cases)
     chosen = [c for c, d in zip(cases, dup, strict=True) if not c.skip and not d and split_of(c.row) == args.split
