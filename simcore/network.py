@@ -208,6 +208,10 @@ class FlowNetwork:
             return []
         return [self._links[i] for i in self.router.route(src, dst, flow_key)[0].tolist()]
 
+    def forks(self, src: str, dst: str) -> bool:
+        """Whether more than one shortest route joins ``src`` to ``dst`` (ECMP chooses per flow)."""
+        return src != dst and self.router.forks(src, dst)
+
     def path_latency(self, src: str, dst: str, flow_key: int = 0) -> float:
         """Sum of ``latency_s`` along the route, seconds."""
         return 0.0 if src == dst else self.router.route(src, dst, flow_key)[1]

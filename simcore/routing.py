@@ -77,6 +77,7 @@ class EcmpRouter:
         self._meets: dict[tuple[str, str], tuple[int, int, set[str]]] = {}
         self._searches: dict[tuple[str, bool], _Search] = {}  # (end, forward) -> cached BFS levels
         self._routes: dict[tuple[str, str, int], tuple[np.ndarray, float]] = {}
+        self._forks: dict[tuple[str, str], bool] = {}  # (src, dst) -> ECMP has a choice on the way
 
     def check_node(self, node: str) -> None:
         """Raise ``ValueError`` unless ``node`` is in the graph."""
@@ -93,7 +94,7 @@ class EcmpRouter:
             return route
         best, bd, lead = self._shortest(src, dst)
         bdist, fdist = self._searches[(dst, False)].dist, self._searches[(src, True)].dist
-        links, latency, u = [], 0.0, src
+        links, latency, u, forks = [], 0.0, src, False
         for i in range(1, best + 1):
             togo = best - i
             if togo == 0:
@@ -104,6 +105,7 @@ class EcmpRouter:
                 else:  # nearer src: nodes of the forward search that lead on to dst
                     options = [w for w in self._succ[u] if w in lead and fdist[w] == i]
                 if len(options) > 1:
+                    forks = True
                     digest = zlib.crc32(f"{self.seed}|{src}|{dst}|{flow_key}|{u}".encode())
                     if load is not None:  # least loaded; the hash's pick first among equals
                         options = options[digest % len(options):] + options[:digest % len(options)]
@@ -116,9 +118,17 @@ class EcmpRouter:
             latency += self.latency[link]
             u = v
         route = (np.array(links, dtype=np.intp), latency)
+        self._forks[(src, dst)] = forks
         if load is None:
             self._routes[key] = route
         return route
+
+    def forks(self, src: str, dst: str) -> bool:
+        """Whether shortest paths from ``src`` to ``dst != src`` branch (more than one route exists, so
+        which one a flow takes depends on its ECMP hash of the pair and flow key, or on the load)."""
+        if (src, dst) not in self._forks:
+            self.route(src, dst)
+        return self._forks[(src, dst)]
 
     def _shortest(self, src: str, dst: str) -> tuple[int, int, set[str]]:
         """Hop distance ``best`` from src to dst, by bidirectional BFS over cached levels.

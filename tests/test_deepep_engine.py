@@ -35,9 +35,9 @@ def _ctx(phase: str, gpus: int, routing=DEEPEP):
 
 def _exchange_times(ctx, graph, s, cfg, phase):
     """``{name: [durations]}`` of the dispatches and combines the engine ran (comm stream), and the run."""
-    mode, _, axes = choose_mode(ctx, graph, s, cfg)
+    mode, _, orbits = choose_mode(ctx, graph, s, cfg)
     run = run_folded(ctx, graph, s, cfg, phase) if mode == "folded" else run_per_gpu(ctx, graph, s, cfg, phase,
-                                                                                   None, axes)
+                                                                                   None, orbits)
     out = {name: [iv.end - iv.start for iv in run.intervals if iv.name == name and iv.stream == "comm"]
            for name in ("dispatch", "combine")}
     return out, run

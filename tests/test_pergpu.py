@@ -167,3 +167,73 @@ def test_alltoallv_with_equal_pairs_is_the_direct_all_to_all_and_waits_for_its_l
     hot[:, 2] = 3 * chunk  # every rank sends three times as much to rank 2
     skewed = run(lambda env, net: env.process(run_alltoallv(env, net, ctx, ranks, hot)))
     assert skewed > 1.5 * direct
+
+
+@pytest.mark.parametrize("placement", ["pack", "spread"])
+def test_block_symmetries_merge_an_ep_axis_the_shift_by_one_cannot(placement):
+    """TP2 x EP8 over two nodes per stage: an EP group has 4 ranks in each node, so the shift of
+    the EP rank by one takes a node's last rank to the next node and is no symmetry; the rotation
+    inside each node and the shift by a node are, and together they merge the axis whole."""
+    from simcore.engine.alltoallv import pxn_relay
+    from simcore.engine.lanes import _is_symmetry
+    from simcore.engine.phase import choose_mode, placement_of
+
+    ctx = make_ctx("mixtral-8x7b", 32, "decode")
+    graph = build_topology("h100-ib-rail", num_nodes=4)
+    s = Strategy(tp=2, ep=8, pp=2, dp=1, batch=64)
+    _, _, orbits = choose_mode(ctx, graph, s, EngineConfig(placement=placement, mode="per-gpu"))
+    assert orbits["e"] == [0] * 8
+    import simpy
+
+    from simcore.network import FlowNetwork
+
+    net = FlowNetwork(simpy.Environment(), graph)
+    placed = placement_of(graph, s, placement)
+    assert not _is_symmetry(placed, graph, net, "e", ("shift", 1), pxn_relay, frozenset({"ep"}), None, frozenset())
+    cfg = dict(placement=placement, mode="per-gpu")
+    shared = simulate(ctx, graph, s, EngineConfig(**cfg))
+    alone = simulate(ctx, graph, s, EngineConfig(share_lanes=False, **cfg))
+    auto = simulate(ctx, graph, s, EngineConfig(placement=placement))
+    assert (shared.lanes, alone.lanes, auto.mode) == (2, 32, "folded")
+    assert shared.step_time_s == pytest.approx(alone.step_time_s, rel=1e-9)
+    assert auto.step_time_s == pytest.approx(alone.step_time_s, rel=1e-9)
+
+
+def test_a_route_that_branches_is_never_proven_to_map():
+    """Across leaves of a fat tree ECMP picks a spine per pair and flow key, so no permutation can be
+    proven to map such a route; within a node or a leaf the one route can."""
+    import simpy
+
+    from simcore.engine.lanes import _Check
+    from simcore.network import FlowNetwork
+
+    graph = build_topology("h100-ib-fattree", num_nodes=4, nodes_per_leaf=2)
+    net = FlowNetwork(simpy.Environment(), graph)
+    assert not net.forks("gpu0", "gpu1") and not net.forks("gpu0", "gpu8")  # NVSwitch; one leaf
+    assert net.forks("gpu0", "gpu16")  # leaf to leaf over either spine
+    sigma = {f"gpu{k}": f"gpu{(k + 8) % 32}" for k in range(32)}  # node by node
+    check = _Check(None, graph, net, sigma, lambda *_: None, frozenset(), None, frozenset())
+    assert check.same_route("gpu0", "gpu1")
+    assert not check.same_route("gpu8", "gpu16")  # its image gpu16 -> gpu24 stays in a leaf
+    assert not _Check(None, graph, net, {}, lambda *_: None, frozenset(), None, frozenset()).same_route("gpu0", "gpu16")
+
+
+def test_candidate_permutations_of_an_axis():
+    from simcore.engine.lanes import _candidates, _moved
+
+    assert _candidates(8) == [("shift", 1), ("rotate", 2), ("shift", 2), ("rotate", 4), ("shift", 4)]
+    assert [_moved(x, 8, ("rotate", 4)) for x in range(8)] == [1, 2, 3, 0, 5, 6, 7, 4]
+    assert [_moved(x, 8, ("shift", 4)) for x in range(8)] == [4, 5, 6, 7, 0, 1, 2, 3]
+
+
+def test_lanes_group_the_gpus_of_each_orbit():
+    """An axis proven symmetric only in part (EP ranks 0 ~ 2 and 1 ~ 3): one lane per orbit and stage."""
+    from simcore.engine.lanes import build_lanes
+    from simcore.engine.phase import placement_of
+
+    graph = build_topology("h100-ib-rail", num_nodes=2)
+    placed = placement_of(graph, Strategy(tp=2, ep=4, pp=2, dp=1, batch=64), "pack")
+    lanes = build_lanes(placed, {"i": [0, 0], "d": [0], "e": [0, 1, 0, 1]})
+    assert [(ln.stage, ln.e, ln.ranks) for ln in lanes] == [
+        (0, 0, [0, 1, 4, 5]), (0, 1, [2, 3, 6, 7]), (1, 0, [8, 9, 12, 13]), (1, 1, [10, 11, 14, 15])]
+    assert len(build_lanes(placed)) == 16

@@ -1,22 +1,29 @@
 """Lanes of the per-GPU engine: which GPUs one SimPy process stands for, and why that is exact.
 
 Every GPU of a plan is rank ``(d, p, e, i)`` (:mod:`simcore.engine.placement`). Per-GPU mode gives
-each GPU its own lane (processes and streams) unless a shift along a rank axis (``i``: tensor rank,
-``d``: replica, ``e``: EP rank) is proven to be a symmetry of the whole plan: it maps every
-communicator onto another of the same kind and stage, keeps the order in which NCCL's plans walk
-its ranks (NVLink domain, then local index), maps every route of every pair of every communicator
-(and its PXN relay) onto the route of the image pair link by link, one link to one link of equal
-bandwidth and latency (for communicators that run as flows; one that takes its idle-fabric cost needs
-an image of the same shape that does too), and (for ``e``) every EP rank has the same work. The simulation is then
-invariant under the shift, so the GPUs of an orbit run identical timelines and one lane stands for
-all of them (``tests/test_pergpu.py`` checks shared lanes against one lane per GPU).
+each GPU its own lane (processes and streams) unless permutations of a rank axis (``i``: tensor rank,
+``d``: replica, ``e``: EP rank) are proven symmetries of the whole plan. The candidates are the
+axis's shift by one and, for each divisor ``m`` of its size, the shift by ``m`` and the rotation
+inside each block of ``m`` (an EP group of 16 with 4 ranks per node is not symmetric under the
+shift by one, which takes a node's last rank to the next node, but is under the rotation inside
+each node and the shift by a node). A candidate is a symmetry when it maps every communicator onto
+another of the same kind and stage, keeps the order in which NCCL's plans walk its ranks (NVLink
+domain, then local index), and maps every route its flows may take (each pair's own route, or the
+PXN relay's two legs where NCCL takes them; both for DeepEP's kernels, :func:`.contention.flow_links`)
+onto the image pair's route link by link, one link to one link of equal bandwidth and latency. Only
+single routes map: where ECMP has a choice the hash of each pair picks its own, so a route that
+branches is never proven (a communicator that takes its idle-fabric cost needs only an image of the
+same shape that does too). For ``e`` every EP rank must also have the same work. The simulation is
+then invariant under each proven permutation, so the GPUs of an orbit of the group they generate
+run identical timelines and one lane stands for all of them (``tests/test_pergpu.py`` checks shared
+lanes against one lane per GPU).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Lane", "build_lanes", "symmetric_axes", "AXES"]
+__all__ = ["Lane", "build_lanes", "merged_axes", "symmetric_axes", "AXES"]
 
 AXES = ("i", "d", "e")
 _KINDS = ("tp", "ep", "pp")
@@ -24,7 +31,7 @@ _KINDS = ("tp", "ep", "pp")
 
 @dataclass
 class Lane:
-    """``ranks``/``gpus``: the GPUs this lane's processes stand for (one rank per merged orbit member);
+    """``ranks``/``gpus``: the GPUs this lane's processes stand for (the members of one orbit);
     ``e``: the EP rank whose program it runs (all its GPUs share it)."""
 
     index: int
@@ -32,7 +39,7 @@ class Lane:
     e: int
     ranks: list[int]
     gpus: list[str]
-    key: tuple[int, int, int] = (0, 0, 0)  # (d, e, i) of the chain through the stages, merged axes at 0
+    key: tuple[int, int, int] = (0, 0, 0)  # (d, e, i) of the chain through the stages, each its orbit's least
 
 
 def _coords(s, rank: int) -> tuple[int, int, int, int]:
@@ -43,14 +50,29 @@ def _coords(s, rank: int) -> tuple[int, int, int, int]:
     return d, p, e, i
 
 
-def _shift(s, rank: int, axis: str) -> int:
+def _candidates(n: int) -> list[tuple[str, int]]:
+    """Permutations of an axis of size ``n`` to try, as ``(kind, m)``: the shift by one, then per
+    divisor ``m`` the rotation inside blocks of ``m`` and the shift by ``m``."""
+    out = [("shift", 1)]
+    for m in range(2, n):
+        if n % m == 0:
+            out += [("rotate", m), ("shift", m)]
+    return out
+
+
+def _moved(x: int, n: int, perm: tuple[str, int]) -> int:
+    kind, m = perm
+    return (x + m) % n if kind == "shift" else x - x % m + (x % m + 1) % m
+
+
+def _permute(s, rank: int, axis: str, perm: tuple[str, int]) -> int:
     d, p, e, i = _coords(s, rank)
     if axis == "i":
-        i = (i + 1) % s.tp
+        i = _moved(i, s.tp, perm)
     elif axis == "d":
-        d = (d + 1) % s.dp
+        d = _moved(d, s.dp, perm)
     else:
-        e = (e + 1) % s.ep
+        e = _moved(e, s.ep, perm)
     return ((d * s.pp + p) * s.ep + e) * s.tp + i
 
 
@@ -63,59 +85,73 @@ def _canon(graph, ranks: list[str]) -> list[list[str]]:
     return [sorted(g, key=lambda r: graph.nodes[r].get("local", 0)) for g in doms.values()]
 
 
-def _axis_is_symmetry(placement, graph, network, axis: str, relay, order_free=frozenset(),
-                      contended: dict | None = None) -> bool:
-    s = placement.s
-    inverse = {g: r for r, g in enumerate(placement.gpu)}
-    sigma = {g: placement.gpu[_shift(s, r, axis)] for g, r in inverse.items()}
-    link_map: dict = {}
-    image_of: dict = {}
-    edges = graph.edges
+class _Check:
+    """Whether one permutation of the GPUs is a symmetry of the plan (module docstring)."""
 
-    def same_link(a, b) -> bool:
-        if link_map.setdefault(a, b) != b or image_of.setdefault(b, a) != a:
+    def __init__(self, placement, graph, network, sigma: dict, relay, order_free, contended, direct):
+        self.placement, self.graph, self.network, self.sigma = placement, graph, network, sigma
+        self.relay, self.order_free, self.contended, self.direct = relay, order_free, contended, direct
+        self.link_map: dict = {}
+        self.image_of: dict = {}
+
+    def same_link(self, a, b) -> bool:
+        if self.link_map.setdefault(a, b) != b or self.image_of.setdefault(b, a) != a:
             return False
-        ea, eb = edges[a], edges[b]
+        ea, eb = self.graph.edges[a], self.graph.edges[b]
         return (ea["bandwidth_bytes_per_s"] == eb["bandwidth_bytes_per_s"]
                 and ea.get("latency_s", 0.0) == eb.get("latency_s", 0.0))
 
-    def same_route(a, b) -> bool:
-        pa, pb = network.path(a, b), network.path(sigma.get(a, a), sigma.get(b, b))
-        return len(pa) == len(pb) and all(same_link(x, y) for x, y in zip(pa, pb, strict=True))
+    def same_route(self, a, b) -> bool:
+        """The one route of ``a -> b`` maps onto the one route of its image, link for link."""
+        sa, sb = self.sigma.get(a, a), self.sigma.get(b, b)
+        if self.network.forks(a, b) or self.network.forks(sa, sb):
+            return False
+        pa, pb = self.network.path(a, b), self.network.path(sa, sb)
+        return len(pa) == len(pb) and all(self.same_link(x, y) for x, y in zip(pa, pb, strict=True))
 
-    for kind in _KINDS:
-        for p in range(s.pp - (1 if kind == "pp" else 0)):
-            groups = placement.groups(kind, p)
-            free = kind in order_free  # its collectives treat every pair alike (direct all-to-all)
-            by_set = {frozenset(g): k for k, g in enumerate(groups)}
-            for g in groups:
-                image = [sigma[x] for x in g]
-                k = by_set.get(frozenset(image))
-                if k is None:
-                    return False
-                if contended is not None:
-                    if contended[(kind, tuple(g))] != contended[(kind, tuple(groups[k]))]:
+    def pair(self, a, b, direct: bool) -> bool:
+        """Every route a flow from ``a`` to ``b`` may take maps (:func:`.contention.flow_links`)."""
+        sigma = self.sigma
+        peer = self.relay(self.graph, a, b)
+        if peer is None or peer in (a, b):
+            return self.same_route(a, b)
+        if peer not in sigma or sigma[peer] != self.relay(self.graph, sigma[a], sigma[b]):
+            return False
+        return self.same_route(a, peer) and self.same_route(peer, b) and (not direct or self.same_route(a, b))
+
+    def group(self, kind: str, g: list[str], image: list[str], mapped: list[str]) -> bool:
+        """Communicator ``g`` of ``kind`` onto ``mapped``, the one with the image's rank set."""
+        graph, sigma = self.graph, self.sigma
+        if self.contended is not None:
+            if self.contended[(kind, tuple(g))] != self.contended[(kind, tuple(mapped))]:
+                return False
+            if not self.contended[(kind, tuple(g))]:  # idle-fabric cost of its shape: routes never matter
+                return _shape(graph, g) == _shape(graph, image)
+        if kind not in self.order_free and (mapped != image or _canon(graph, image)
+                                            != [[sigma[x] for x in dom] for dom in _canon(graph, g)]):
+            return False
+        direct = kind in self.direct
+        return all(self.pair(a, b, direct) for a in g for b in g if a != b)
+
+    def holds(self) -> bool:
+        s = self.placement.s
+        for kind in _KINDS:
+            for p in range(s.pp - (1 if kind == "pp" else 0)):
+                groups = self.placement.groups(kind, p)
+                by_set = {frozenset(g): k for k, g in enumerate(groups)}
+                for g in groups:
+                    image = [self.sigma[x] for x in g]
+                    k = by_set.get(frozenset(image))
+                    if k is None or not self.group(kind, g, image, groups[k]):
                         return False
-                    if not contended[(kind, tuple(g))]:  # idle-fabric cost of its shape: routes never matter
-                        if _shape(graph, g) != _shape(graph, image):
-                            return False
-                        continue
-                if not free and (groups[k] != image
-                                 or _canon(graph, image) != [[sigma[x] for x in dom] for dom in _canon(graph, g)]):
-                    return False
-                for a in g:
-                    for b in g:
-                        if a == b:
-                            continue
-                        peer = relay(graph, a, b)
-                        if peer is not None and peer not in (a, b):
-                            if peer not in sigma or sigma[peer] != relay(graph, sigma[a], sigma[b]):
-                                return False
-                            if not (same_route(a, peer) and same_route(peer, b)):
-                                return False
-                        if not same_route(a, b):
-                            return False
-    return True
+        return True
+
+
+def _is_symmetry(placement, graph, network, axis: str, perm: tuple[str, int], relay, order_free, contended,
+                 direct) -> bool:
+    s = placement.s
+    sigma = {g: placement.gpu[_permute(s, r, axis, perm)] for r, g in enumerate(placement.gpu)}
+    return _Check(placement, graph, network, sigma, relay, order_free, contended, direct).holds()
 
 
 def _shape(graph, ranks) -> list[int]:
@@ -123,34 +159,65 @@ def _shape(graph, ranks) -> list[int]:
 
 
 def symmetric_axes(placement, graph, network, equal_ep_work: bool, relay, order_free=frozenset(),
-                   contended: dict | None = None) -> tuple[list[str], dict[str, str]]:
-    """The rank axes whose shift is a proven symmetry, and for every other axis the reason.
+                   contended: dict | None = None, direct=frozenset()) -> tuple[dict[str, list[int]], dict[str, str]]:
+    """Per rank axis, the orbits of its proven symmetries (``orbits[axis][x]``: the smallest coordinate
+    that ``x`` is proven equivalent to; all 0: the axis merges whole), and for every axis that does
+    not merge whole the reason.
     ``order_free``: communicator kinds whose every collective moves the same bytes between every
     pair (a direct all-to-all), so only their rank sets, not NCCL's rank order, must map.
     ``contended[(kind, ranks)]``: whether that communicator runs as flows; the routes of one that
-    takes its idle-fabric cost need not map, only its shape (and the image must not contend either)."""
+    takes its idle-fabric cost need not map, only its shape (and the image must not contend either).
+    ``direct``: kinds whose pairs may also take their own routes across rails (DeepEP's kernels)."""
     s = placement.s
     size = {"i": s.tp, "d": s.dp, "e": s.ep}
-    axes, why = [], {}
+    orbits, why = {}, {}
     for axis in AXES:
-        if size[axis] == 1:
-            axes.append(axis)
-        elif axis == "e" and not equal_ep_work:
+        n = size[axis]
+        parent = list(range(n))
+        if axis == "e" and not equal_ep_work:
             why[axis] = "EP ranks have different routed work"
-        elif _axis_is_symmetry(placement, graph, network, axis, relay, order_free, contended):
-            axes.append(axis)
         else:
-            why[axis] = "placement or fabric is not symmetric along it"
-    return axes, why
+            for perm in _candidates(n):
+                if _components(parent) == 1:
+                    break
+                if _is_symmetry(placement, graph, network, axis, perm, relay, order_free, contended, direct):
+                    for x in range(n):
+                        _union(parent, x, _moved(x, n, perm))
+            if _components(parent) > 1:
+                why[axis] = "placement or fabric is not symmetric along it"
+        orbits[axis] = [_find(parent, x) for x in range(n)]
+    return orbits, why
 
 
-def build_lanes(placement, merged: list[str]) -> list[Lane]:
-    """One lane per orbit of the merged axes (one per GPU when none is merged), stage by stage."""
+def _find(parent: list[int], x: int) -> int:
+    while parent[x] != x:
+        x = parent[x]
+    return x
+
+
+def _union(parent: list[int], a: int, b: int) -> None:
+    ra, rb = _find(parent, a), _find(parent, b)
+    parent[max(ra, rb)] = min(ra, rb)  # the root is the orbit's smallest coordinate
+
+
+def _components(parent: list[int]) -> int:
+    return sum(1 for x, p in enumerate(parent) if x == p)
+
+
+def merged_axes(orbits: dict[str, list[int]]) -> list[str]:
+    """The axes whose whole coordinate range is one orbit."""
+    return [a for a in AXES if a in orbits and not any(orbits[a])]
+
+
+def build_lanes(placement, orbits: dict[str, list[int]] | None = None) -> list[Lane]:
+    """One lane per orbit of the proven symmetries (one per GPU when there are none), stage by stage."""
     s = placement.s
+    orbits = orbits or {}
+    rep = {a: orbits.get(a) or list(range(n)) for a, n in (("i", s.tp), ("d", s.dp), ("e", s.ep))}
     lanes: dict[tuple, Lane] = {}
     for rank in range(s.gpus):
         d, p, e, i = _coords(s, rank)
-        key = (p, 0 if "d" in merged else d, 0 if "e" in merged else e, 0 if "i" in merged else i)
+        key = (p, rep["d"][d], rep["e"][e], rep["i"][i])
         lane = lanes.get(key)
         if lane is None:
             lane = lanes[key] = Lane(0, p, key[2], [], [], key[1:])

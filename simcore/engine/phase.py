@@ -22,7 +22,7 @@ from .contention import all_groups, contention_flags, direct_kinds
 from .deepep import FoldedExchanges, deepep_mode
 from .executor import Executor
 from .lane_executor import LaneExecutor
-from .lanes import Lane, build_lanes, symmetric_axes
+from .lanes import Lane, build_lanes, merged_axes, symmetric_axes
 from .moework import RankPrograms, tokens_per_rank
 from .pergpu import LaneComm
 from .placement import Placement
@@ -59,30 +59,39 @@ def _network(env, graph, cfg, record: bool):
     return FlowNetwork(env, graph, seed=cfg.seed, record=record)
 
 
-def choose_mode(ctx: CostContext, graph, s: Strategy, cfg) -> tuple[str, str, list[str]]:
-    """``(mode, reason, merged axes)`` for ``cfg.mode``; ``auto`` folds only where that is exact."""
+def choose_mode(ctx: CostContext, graph, s: Strategy, cfg) -> tuple[str, str, dict[str, list[int]]]:
+    """``(mode, reason, orbits)`` for ``cfg.mode`` (``orbits``: per rank axis, the lanes' orbits,
+    :func:`.lanes.symmetric_axes`); ``auto`` folds only where that is exact."""
     if cfg.mode == "folded":
-        return "folded", "sim.mode=folded (asked for; exact only where placement, fabric and routing are symmetric)", []
+        return "folded", "sim.mode=folded (asked for; exact only where placement, fabric and routing are symmetric)", {}
     if cfg.mode == "per-gpu" and not cfg.share_lanes:
-        return "per-gpu", "sim.mode=per-gpu, one lane per GPU (sim.share_lanes=false)", []
+        return "per-gpu", "sim.mode=per-gpu, one lane per GPU (sim.share_lanes=false)", {}
     steps = cfg.decode_steps if ctx.workload.phase == "decode" else 1
     work = RankPrograms(ctx, s, "prefill" if ctx.workload.phase != "decode" else "decode", None, cfg)
     equal = work.equal_loads(steps)
     placement = placement_of(graph, s, cfg.placement)
     network = _network(simpy.Environment(), graph, cfg, False)
     groups = all_groups(placement)
-    flags = contention_flags(graph, network, groups, direct_kinds(ctx)) if cfg.contention else [False] * len(groups)
+    direct = direct_kinds(ctx)
+    flags = contention_flags(graph, network, groups, direct) if cfg.contention else [False] * len(groups)
     contended = {(k, tuple(r)): f for (k, r), f in zip(groups, flags, strict=True)}
-    axes, why = symmetric_axes(placement, graph, network, equal, pxn_relay, _order_free(ctx, graph, s, placement),
-                               contended)
+    orbits, why = symmetric_axes(placement, graph, network, equal, pxn_relay,
+                                 _order_free(ctx, graph, s, placement), contended, direct)
     if cfg.mode == "per-gpu":
-        return "per-gpu", f"sim.mode=per-gpu; lanes shared along proven symmetric axes {axes or 'none'}", axes
+        return "per-gpu", f"sim.mode=per-gpu; lanes shared along proven symmetries: {_describe(orbits)}", orbits
     if not equal:
-        return "per-gpu", "auto: MoE routing gives EP ranks different work", axes
-    if len(axes) < 3:
+        return "per-gpu", "auto: MoE routing gives EP ranks different work", orbits
+    if why:
         bad = "; ".join(f"rank axis {a}: {r}" for a, r in why.items())
-        return "per-gpu", f"auto: not symmetric ({bad})", axes
-    return "folded", "auto: placement, fabric and routing are symmetric along every rank axis", axes
+        return "per-gpu", f"auto: not symmetric ({bad})", orbits
+    return "folded", "auto: placement, fabric and routing are symmetric along every rank axis", orbits
+
+
+def _describe(orbits: dict[str, list[int]]) -> str:
+    """``"axes ['i', 'd'], e in 4 orbits"``: the axes merged whole, then those merged in part."""
+    whole = merged_axes(orbits)
+    part = [f"{a} in {len(set(o))} orbits" for a, o in orbits.items() if a not in whole and len(set(o)) < len(o)]
+    return ", ".join([f"axes {whole or 'none'}"] + part)
 
 
 def _order_free(ctx, graph, s: Strategy, placement) -> frozenset:
@@ -168,11 +177,12 @@ def _folded_analytic(intervals, programs, placement, comm) -> list:
     return out
 
 
-def run_per_gpu(ctx, graph, s: Strategy, cfg, phase: str, context=None, axes: list[str] | None = None) -> Phase:
+def run_per_gpu(ctx, graph, s: Strategy, cfg, phase: str, context=None,
+                orbits: dict[str, list[int]] | None = None) -> Phase:
     env = simpy.Environment()
     network = _network(env, graph, cfg, cfg.trace)
     placement = placement_of(graph, s, cfg.placement)
-    lanes = build_lanes(placement, axes or [])
+    lanes = build_lanes(placement, orbits)
     work = RankPrograms(ctx, s, phase, context, cfg)
     steps = cfg.decode_steps if phase == "decode" else 1
     cache: dict[tuple[int, int], list] = {}

@@ -76,13 +76,13 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
         result.wall_s = time.perf_counter() - start
         return result
     w = ctx.workload
-    mode, why, axes = choose_mode(ctx, graph, strategy, cfg)
+    mode, why, orbits = choose_mode(ctx, graph, strategy, cfg)
     result.mode, result.mode_reason = mode, why
 
     def _step(run):  # the host's time, once per simulated step, beside the GPU's (simcore.host)
         return with_host(run.time_s, ctx.cluster.gpu.iteration_overhead_s, w.host_overlap)
 
-    runs, step, ttft, tpot, tokens = _phases(ctx, graph, strategy, cfg, mode, axes, _step)
+    runs, step, ttft, tpot, tokens = _phases(ctx, graph, strategy, cfg, mode, orbits, _step)
     reasons = [r for r in proxy.reasons if r == "hbm_capacity"]
     if w.ttft_slo_s is not None and ttft == ttft and ttft > w.ttft_slo_s:
         reasons.append("ttft_slo")
@@ -108,7 +108,7 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
     return result
 
 
-def _phases(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig, mode: str, axes, step):
+def _phases(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig, mode: str, orbits, step):
     """Simulate the workload's phases: ``(runs, step_s, ttft_s, tpot_s, tokens)``, ``runs`` the
     ``(run, weight)`` of each simulated step (a static batch's decode sampled at ``STATIC_SAMPLES``
     contexts, each weighing its share of the output tokens) and ``step(run)`` one step's time with the host's."""
@@ -117,7 +117,7 @@ def _phases(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig, mode
     def run_phase(phase, context=None):
         if mode == "folded":
             return run_folded(ctx, graph, strategy, cfg, phase, context)
-        return run_per_gpu(ctx, graph, strategy, cfg, phase, context, axes)
+        return run_per_gpu(ctx, graph, strategy, cfg, phase, context, orbits)
 
     if w.phase == "decode":
         dec = run_phase("decode")
