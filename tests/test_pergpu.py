@@ -237,3 +237,27 @@ def test_lanes_group_the_gpus_of_each_orbit():
     assert [(ln.stage, ln.e, ln.ranks) for ln in lanes] == [
         (0, 0, [0, 1, 4, 5]), (0, 1, [2, 3, 6, 7]), (1, 0, [8, 9, 12, 13]), (1, 1, [10, 11, 14, 15])]
     assert len(build_lanes(placed)) == 16
+
+
+def test_symmetries_are_memoized_on_every_input_they_depend_on():
+    """A second ask with the same placement returns the fresh answer; a changed input is asked afresh."""
+    import simpy
+
+    from simcore.engine import lanes
+    from simcore.engine.alltoallv import pxn_relay
+    from simcore.engine.phase import placement_of
+    from simcore.network import FlowNetwork
+
+    graph = build_topology("h100-ib-rail", num_nodes=4)
+    net = FlowNetwork(simpy.Environment(), graph)
+    placed = placement_of(graph, Strategy(tp=2, ep=8, pp=2, dp=1, batch=64), "pack")
+    args = (placed, graph, net, True, pxn_relay, frozenset({"ep"}), None, frozenset())
+    first = lanes.symmetric_axes(*args)
+    assert first == lanes._symmetric_axes(*args) and first[0]["e"] == [0] * 8
+    first[0]["e"][0] = 5  # the caller's copy, not the memo's
+    assert lanes.symmetric_axes(*args) == lanes._symmetric_axes(*args)
+    unequal = lanes.symmetric_axes(placed, graph, net, False, *args[4:])
+    assert unequal == lanes._symmetric_axes(placed, graph, net, False, *args[4:])
+    assert unequal[1]["e"] == "EP ranks have different routed work"
+    spread = placement_of(graph, placed.s, "spread")
+    assert lanes.symmetric_axes(spread, *args[1:]) == lanes._symmetric_axes(spread, *args[1:])

@@ -21,6 +21,7 @@ lanes against one lane per GPU).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 __all__ = ["Lane", "build_lanes", "merged_axes", "symmetric_axes", "AXES"]
@@ -167,7 +168,24 @@ def symmetric_axes(placement, graph, network, equal_ep_work: bool, relay, order_
     pair (a direct all-to-all), so only their rank sets, not NCCL's rank order, must map.
     ``contended[(kind, ranks)]``: whether that communicator runs as flows; the routes of one that
     takes its idle-fabric cost need not map, only its shape (and the image must not contend either).
-    ``direct``: kinds whose pairs may also take their own routes across rails (DeepEP's kernels)."""
+    ``direct``: kinds whose pairs may also take their own routes across rails (DeepEP's kernels).
+    Memoized per graph on everything the answer depends on (a re-rank asks for one placement over
+    and over: plans that differ only in batch, microbatches or sharding share it)."""
+    s = placement.s
+    key = (tuple(placement.gpu), s.tp, s.ep, s.pp, s.dp, network.seed, bool(equal_ep_work), relay,
+           frozenset(order_free), None if contended is None else frozenset(k for k, f in contended.items() if f),
+           frozenset(direct))
+    memo = _MEMO.setdefault(graph, {})
+    if key not in memo:
+        memo[key] = _symmetric_axes(placement, graph, network, equal_ep_work, relay, order_free, contended, direct)
+    orbits, why = memo[key]
+    return {a: list(o) for a, o in orbits.items()}, dict(why)
+
+
+_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> {inputs: (orbits, why)}
+
+
+def _symmetric_axes(placement, graph, network, equal_ep_work, relay, order_free, contended, direct):
     s = placement.s
     size = {"i": s.tp, "d": s.dp, "e": s.ep}
     orbits, why = {}, {}
