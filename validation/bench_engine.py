@@ -6,7 +6,8 @@ optimum under the proxy, :mod:`planner.exact`: what any planner's search converg
 ``--repeats`` times, keeping the fastest (the machine is shared: the minimum is the least noisy). Ends with one
 JSON line mapping each scenario to ``{"sim_wall_s", "per_gpu_wall_s", "proxy_wall_s", "gpus", "plans":
 {...}}``, where the top-level times are those of the slower plan: ``sim_wall_s`` in the folded mode,
-``per_gpu_wall_s`` with ``sim.mode=per-gpu`` (lanes shared only along proven symmetric rank axes).
+``per_gpu_wall_s`` with ``sim.mode=per-gpu`` (lanes shared only within orbits of proven symmetries,
+:mod:`simcore.engine.lanes`).
 """
 
 from __future__ import annotations
