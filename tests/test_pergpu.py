@@ -261,3 +261,26 @@ def test_symmetries_are_memoized_on_every_input_they_depend_on():
     assert unequal[1]["e"] == "EP ranks have different routed work"
     spread = placement_of(graph, placed.s, "spread")
     assert lanes.symmetric_axes(spread, *args[1:]) == lanes._symmetric_axes(spread, *args[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("topo", "kw"), [("h100-ib-rail", {}), ("h100-roce", {}), ("h100-efa", {}),
+                                          ("h100-ib-fattree", {"nodes_per_leaf": 2})])
+def test_shared_lanes_equal_one_lane_per_gpu_on_four_nodes(topo, kw):
+    """EP groups across nodes with several ranks in each (where the block symmetries merge lanes),
+    on rail, RoCE, EFA and a two-leaf fat tree, both placements: shared lanes = one lane per GPU."""
+    ctx = make_ctx("mixtral-8x7b", 32, "decode")
+    graph = build_topology(topo, num_nodes=4, **kw)
+    plans = _plans(ctx, 2, seed=11) + [Strategy(tp=2, ep=8, pp=2, dp=1, batch=64),
+                                       Strategy(tp=1, ep=8, pp=2, dp=2, batch=64)]
+    shared_somewhere = False
+    for s in plans:
+        for placement in ("pack", "spread"):
+            cfg = dict(placement=placement, mode="per-gpu")
+            shared = simulate(ctx, graph, s, EngineConfig(**cfg))
+            if shared.lanes == s.gpus:
+                continue
+            shared_somewhere = True
+            alone = simulate(ctx, graph, s, EngineConfig(share_lanes=False, **cfg))
+            assert shared.step_time_s == pytest.approx(alone.step_time_s, rel=1e-9), (placement, s)
+    assert shared_somewhere
