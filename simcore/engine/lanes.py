@@ -24,7 +24,9 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-__all__ = ["Lane", "build_lanes", "merged_axes", "symmetric_axes", "AXES"]
+from .contention import all_groups
+
+__all__ = ["Lane", "build_lanes", "lane_membership", "merged_axes", "symmetric_axes", "AXES"]
 
 AXES = ("i", "d", "e")
 _KINDS = ("tp", "ep", "pp")
@@ -245,3 +247,30 @@ def build_lanes(placement, orbits: dict[str, list[int]] | None = None) -> list[L
     for k, lane in enumerate(out):
         lane.index = k
     return out
+
+
+def lane_membership(placement, lanes) -> tuple[list, list, list, list, dict]:
+    """Every communicator of the plan and who takes part: ``(groups, participants, takers, sm_share,
+    lane_groups)``. ``groups[gid]``: ``(kind, ranks)``; ``participants[gid]``: the lanes taking part;
+    ``takers[gid]``: the GPUs whose communication stream it occupies (a send's: its sender);
+    ``sm_share[gid]``: per lane, the share of its GPUs taking part; ``lane_groups[(lane, kind)]``: the
+    communicators of that kind a lane takes part in."""
+    lane_of = {g: lane.index for lane in lanes for g in lane.gpus}
+    groups: list[tuple[str, list[str]]] = []
+    participants: list[set[int]] = []
+    takers: list[frozenset[str]] = []
+    sm_share: list[dict[int, float]] = []
+    lane_groups: dict[tuple[int, str], list[int]] = {}
+    for gid, (kind, ranks) in enumerate(all_groups(placement)):
+        groups.append((kind, ranks))
+        members = ranks[:1] if kind == "pp" else ranks
+        lanes_in = {lane_of[g] for g in members}
+        participants.append(lanes_in)
+        takers.append(frozenset(members))
+        share: dict[int, float] = {}
+        for g in members:
+            share[lane_of[g]] = share.get(lane_of[g], 0.0) + 1.0 / len(lanes[lane_of[g]].gpus)
+        sm_share.append(share)
+        for lane in lanes_in:
+            lane_groups.setdefault((lane, kind), []).append(gid)
+    return groups, participants, takers, sm_share, lane_groups

@@ -20,8 +20,9 @@ import simpy
 from ..collectives.flows import collective_channels, compile_collective, run_compiled
 from ..hardware import get_gpu
 from .alltoallv import run_alltoallv
-from .contention import all_groups, contention_flags, direct_kinds
+from .contention import contention_flags, direct_kinds
 from .deepep import Exchange, deepep_mode, exchange, run_exchange, token_bytes
+from .lanes import lane_membership
 from .pricing import group_shape, idle_cost_s, packed_shape
 
 __all__ = ["LaneComm"]
@@ -38,25 +39,9 @@ class LaneComm:
         self.env, self.ctx, self.graph, self.network, self.work = env, ctx, graph, network, work
         self.analytic_only = analytic_only or network is None
         self.kwargs = {} if ctx.collective_constants is None else {"constants": ctx.collective_constants}
-        lane_of = {g: lane.index for lane in lanes for g in lane.gpus}
         s = placement.s
-        self.groups: list[tuple[str, list[str]]] = []
-        self.lane_groups: dict[tuple[int, str], list[int]] = {}
-        self.participants: list[set[int]] = []
-        self.takers: list[frozenset[str]] = []  # the GPUs whose communication stream it occupies
-        self.sm_share: list[dict[int, float]] = []  # per lane, the share of its GPUs taking part
-        for gid, (kind, ranks) in enumerate(all_groups(placement)):
-            self.groups.append((kind, ranks))
-            members = ranks[:1] if kind == "pp" else ranks
-            lanes_in = {lane_of[g] for g in members}
-            self.participants.append(lanes_in)
-            self.takers.append(frozenset(members))
-            share: dict[int, float] = {}
-            for g in members:
-                share[lane_of[g]] = share.get(lane_of[g], 0.0) + 1.0 / len(lanes[lane_of[g]].gpus)
-            self.sm_share.append(share)
-            for lane in lanes_in:
-                self.lane_groups.setdefault((lane, kind), []).append(gid)
+        (self.groups, self.participants, self.takers, self.sm_share,
+         self.lane_groups) = lane_membership(placement, lanes)
         self.shapes = [group_shape(graph, r) for _, r in self.groups]
         self.contended = (contention_flags(graph, network, self.groups, direct_kinds(ctx)) if not self.analytic_only
                           else [False] * len(self.groups))
@@ -328,3 +313,4 @@ class LaneComm:
             return None
         per_copy = self.work.bytes_per_copy(op.name)
         return work.pair_tokens * per_copy if op.name != "combine" else work.pair_tokens.T * per_copy
+
