@@ -106,6 +106,7 @@ class _Lowerer:
         self.expert_flops_per_s = None  # a serving runtime's own MoE kernel rate (expert_gemm_s), else dense
         self.expert_bytes_per_s = None  # ... and its HBM bandwidth on the experts' weights, else dense
         self.expert_padded_rows = 0  # ... and rows it computes per local expert whatever the routing (FP8)
+        self.expert_groups = 1  # a serving pool's moe_ep: each attention group's experts split that many ways whole
         self.ops = model_ops(ctx.model)
         v = self.s
         self.t = float(v.tp) if self.scalar else v.tp.astype(float)
@@ -157,18 +158,26 @@ class _Lowerer:
                                 [self._linear(name, tokens, (h, qkvz)), self._linear(name, tokens, (h, ba))])
 
     def _experts(self, name: str, tokens) -> Task:
-        """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped."""
+        """Grouped GEMM over this GPU's experts; tokens routed uniformly, idle experts skipped.
+
+        With ``expert_groups`` g > 1 (a serving pool's ``moe_ep``) the ``tp`` GPUs of an attention group
+        hold its experts split g ways whole, each share sharded by the operator's choice over ``tp / g``
+        GPUs, and run them on the group's replicated tokens: the runtimes' expert parallelism inside a
+        tensor-parallel group (:class:`simcore.serving.Pool`). The GPU prices its own slots; under a
+        routing config ``expert_load`` is the busiest of the ``ep x g`` expert ranks'."""
         op, c = self.ops[name], self.s.choice[name]
-        slots = self.xp.ceil((self.m.num_experts + self.s.redundant) / self.s.ep)  # experts and replicas here
-        e_total = slots * self.s.ep
+        g = self.expert_groups
+        slots = self.xp.ceil((self.m.num_experts + self.s.redundant) / (self.s.ep * g))  # experts and replicas here
+        e_total = slots * self.s.ep * g
         # token copies routed to this GPU's experts, scaled by its routing load (1 = uniform)
         routed = tokens * self.s.ep * self.m.top_k * self.expert_load
         p_active, per_expert = routed_experts(routed, e_total, self.xp)
         active = slots * p_active
+        t = self.t / g  # the GPUs that shard one expert
         # replicated: the tensor-parallel ranks split the tokens (an expected count, so no ceil)
-        m = self.xp.where(c == REPLICATED, per_expert / self.t, per_expert)
-        k = self.xp.where(c == 0, op.in_features / self.t, op.in_features)
-        n = self.xp.where(c == 1, op.out_features / self.t, op.out_features)
+        m = self.xp.where(c == REPLICATED, per_expert / t, per_expert)
+        k = self.xp.where(c == 0, op.in_features / t, op.in_features)
+        n = self.xp.where(c == 1, op.out_features / t, op.out_features)
         time = expert_gemm_s(m, n, k, active, self.gpu, self.w.precision, self.w.expert_weight_bytes,
                              self.expert_flops_per_s, self.xp, self.expert_bytes_per_s)
         if self.expert_padded_rows:  # a contiguous-layout kernel computes every expert's padded block

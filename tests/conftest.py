@@ -1,6 +1,10 @@
-"""Shared fixtures: small cost contexts built without topology graphs; a CSV of rows (``from conftest import write_rows``)."""
+"""Shared fixtures: small cost contexts built without topology graphs; a CSV of rows (``from conftest import write_rows``);
+a serving search replayed by shard-sim (``from conftest import search_then_replay``)."""
 
 import csv
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,3 +33,32 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return Path(path)
+
+
+APP_ENTRY = {"search": "from planner.apps.search import main; main()", "sim": "from simcore.apps.sim import main; main()"}
+
+
+def run_app(name: str, *args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``shard-search`` or ``shard-sim`` (``name``) with ``args`` in a fresh process."""
+    return subprocess.run([sys.executable, "-c", APP_ENTRY[name], *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def search_then_replay(tmp_path: Path, common: list[str], *search_args, timeout: int = 300) -> tuple[dict, Path, dict]:
+    """A serving search with ``common + search_args`` into ``tmp_path/search``, then shard-sim of its
+    ``best_plan.yaml`` with ``common`` into ``tmp_path/sim``; both must exit 0 and the replay must price the
+    plan as the search did. Returns the plan's ``serving_plan``, the search's run dir and the replay's result."""
+    import yaml
+
+    out = tmp_path / "search"
+    proc = run_app("search", *common, *search_args, f"hydra.run.dir={out}", cwd=tmp_path, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    plan = yaml.safe_load((out / "best_plan.yaml").read_text())["serving_plan"]
+    sim = run_app("sim", *common, f"plan={out / 'best_plan.yaml'}", f"hydra.run.dir={tmp_path / 'sim'}", cwd=tmp_path,
+                  timeout=timeout)
+    assert sim.returncode == 0, sim.stderr
+    replay = json.loads((tmp_path / "sim" / "result.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert replay["result"]["metrics"]["output_tokens_per_s_per_gpu"] == pytest.approx(
+        summary["best"]["tokens_per_s_per_gpu"], rel=1e-9)
+    return plan, out, replay

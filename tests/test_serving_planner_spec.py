@@ -3,12 +3,8 @@ draft count into the simulation, the launch exports and ``best_plan.yaml``, and 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
-import yaml
+from conftest import run_app, search_then_replay
 
 from planner.serving import ServingEvaluator, ServingSpace, method_config, run_method
 from simcore.apps.serving import plan_from_dict
@@ -24,8 +20,6 @@ from simcore.serving import (
     simulate_serving,
 )
 from simcore.workload import Workload
-
-ENTRY = {"search": "from planner.apps.search import main; main()", "sim": "from simcore.apps.sim import main; main()"}
 
 
 def _case(spec=(0, 1, 3)):
@@ -104,26 +98,13 @@ def test_search_writes_the_draft_count_and_sim_replays_it(tmp_path):
     common = ["workload=serving", "experiment=dense-70b-1node", "serving.concurrency=4", "serving.isl=256",
               "serving.osl=32", "serving.tpot_slo_ms=60", "serving.search.tp=[8]", "serving.search.max_num_seqs=[8]",
               "serving.search.modes=[agg]"]
-
-    def app(name, *args):
-        return subprocess.run([sys.executable, "-c", ENTRY[name], *common, *args], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=300)
-
-    out = tmp_path / "search"
-    proc = app("search", "planner=exact", "serving.search.spec_tokens=[0,2]", "serving.search.budget=4",
-               "serving.search.loads=[1]", f"hydra.run.dir={out}")
-    assert proc.returncode == 0, proc.stderr
-    plan = yaml.safe_load((out / "best_plan.yaml").read_text())["serving_plan"]
+    plan, out, replay = search_then_replay(tmp_path, common, "planner=exact", "serving.search.spec_tokens=[0,2]",
+                                           "serving.search.budget=4", "serving.search.loads=[1]")
     assert plan["spec_tokens"] == 2  # 4 clients on 8 GPUs of Llama-70B: decode-bound
     assert "--speculative-config" in (out / "launch_vllm.sh").read_text()
-    sim = app("sim", f"plan={out / 'best_plan.yaml'}", f"hydra.run.dir={tmp_path / 'sim'}")
-    assert sim.returncode == 0, sim.stderr
-    replay = json.loads((tmp_path / "sim" / "result.json").read_text())
-    summary = json.loads((out / "summary.json").read_text())
     assert replay["serving"]["spec_tokens"] == 2
-    assert replay["result"]["metrics"]["output_tokens_per_s_per_gpu"] == pytest.approx(
-        summary["best"]["tokens_per_s_per_gpu"], rel=1e-9)
-    bad = app("search", "serving.search.spec_tokens=[9]", f"hydra.run.dir={tmp_path / 'bad'}")
+    bad = run_app("search", *common, "serving.search.spec_tokens=[9]", f"hydra.run.dir={tmp_path / 'bad'}",
+                  cwd=tmp_path)
     assert bad.returncode == 2 and "serving.search.spec_tokens" in bad.stderr
     assert bad.stderr.strip().count("\n") == 0, bad.stderr
     assert not (tmp_path / "bad" / "serving_sims.pkl").exists()  # refused before the journal is opened

@@ -76,7 +76,8 @@ def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
     longest = int(scfg.input_len.mean + scfg.output_len.mean)
     return ServingSpace(ctx, scfg.runtime_profile(), max_len=longest, tp=search.tp, ep=search.ep,
                         pp=tuple(search.pp), max_num_seqs=tuple(search.max_num_seqs), modes=tuple(search.modes),
-                        spec_tokens=None if search.get("spec_tokens") is None else list(search.spec_tokens))
+                        spec_tokens=None if search.get("spec_tokens") is None else list(search.spec_tokens),
+                        moe_ep=None if search.get("moe_ep") is None else list(search.moe_ep))
 
 
 def check_serving_planner(pcfg) -> None:

@@ -3,7 +3,7 @@ speculative decoding's draft tokens.
 
 One proposal is one vector of head indices::
 
-    mode, a.tp, a.ep, a.pp, a.workers, b.tp, b.ep, b.pp, b.workers, max_num_seqs[, spec_tokens]
+    mode, a.tp, a.ep, a.pp, a.workers, b.tp, b.ep, b.pp, b.workers, max_num_seqs[, spec_tokens][, a.moe_ep, b.moe_ep]
 
 Pool ``a`` is the aggregated pool (``mode`` agg) or the prefill pool (disagg); pool ``b`` the decode
 pool. The prefill:decode worker ratio is ``a.workers : b.workers``. ``max_num_seqs`` caps the running
@@ -11,7 +11,11 @@ sequences of every worker (a prefill worker's are bounded by the step's token bu
 ``spec_tokens`` is the draft tokens per decode step (0: no speculation; :mod:`simcore.serving.speculative`),
 a head only when its values are given (``serving.search.spec_tokens``): then each plan carries its own
 (:attr:`simcore.serving.ServingPlan.spec_tokens`); otherwise plans leave it to the runtime, and the space
-(so every method's proposals, seed for seed) is what it was before the head existed.
+(so every method's proposals, seed for seed) is what it was before the head existed. ``a.moe_ep`` /
+``b.moe_ep``, likewise only when their values are given (``serving.search.moe_ep``, an MoE model), split
+each pool's experts that many ways whole inside its tensor-parallel groups (:class:`simcore.serving.Pool`;
+a value must divide the pool's ``tp`` and leave the ``ep x moe_ep`` expert ranks an equal share of the
+experts); otherwise every pool shards its experts by TP (moe_ep 1).
 
 Masks are conditional, head by head (as in :mod:`planner.actions`): a worker layout ``(tp, ep, pp)`` must
 pass the structural checks of :func:`simcore.memory.structural_reasons` (heads and features divide,
@@ -48,7 +52,7 @@ __all__ = ["ServingSpace", "HEADS", "WORKER_COUNTS"]
 
 #: the heads in order; ``spec_tokens`` only when the draft count is searched
 HEADS = ("mode", "a.tp", "a.ep", "a.pp", "a.workers", "b.tp", "b.ep", "b.pp", "b.workers", "max_num_seqs",
-         "spec_tokens")
+         "spec_tokens", "a.moe_ep", "b.moe_ep")
 MODE_VALUES = ("agg", "disagg")
 #: worker counts a pool may take (up to what the cluster holds): ratios like 1:3 and 2:3 need 3 and 6
 WORKER_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
@@ -59,10 +63,12 @@ class ServingSpace(ActionSpace):
     fit one attention group's KV cache."""
 
     def __init__(self, ctx: CostContext, runtime: RuntimeProfile, *, max_len: int, tp=None, ep=None,
-                 pp=(1,), max_num_seqs=(32, 64, 128, 256, 512, 1024), modes=MODE_VALUES, spec_tokens=None) -> None:
+                 pp=(1,), max_num_seqs=(32, 64, 128, 256, 512, 1024), modes=MODE_VALUES, spec_tokens=None,
+                 moe_ep=None) -> None:
         self.ctx, self.runtime, self.masking = ctx, runtime, True
         self.spec_searched = spec_tokens is not None
         spec = _spec_values(spec_tokens, runtime)
+        self.moe_ep_values = _moe_ep_values(moe_ep, ctx.model)
         n, m = ctx.cluster.num_gpus, ctx.model
         unknown = set(modes) - set(MODE_VALUES)
         if unknown or not modes:
@@ -89,6 +95,9 @@ class ServingSpace(ActionSpace):
                       Head("b.workers", counts), Head("max_num_seqs", tuple(int(s) for s in max_num_seqs)))
         if self.spec_searched:
             self.heads += (Head("spec_tokens", spec),)
+        self.moe_head = len(self.heads) if self.moe_ep_values else None  # a.moe_ep, then b.moe_ep
+        if self.moe_ep_values:
+            self.heads += (Head("a.moe_ep", self.moe_ep_values), Head("b.moe_ep", self.moe_ep_values))
         self.degree_heads = self.heads
         self.sizes = np.array([h.size for h in self.heads], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
@@ -121,6 +130,8 @@ class ServingSpace(ActionSpace):
         disagg = prefix[0] == 1
         if i >= 5 and i <= 8 and not disagg:  # an aggregated plan has no pool b
             return np.arange(size) == 0
+        if self.moe_head is not None and i >= self.moe_head:
+            return self._moe_ep_allowed(i - self.moe_head, prefix, disagg)
         if i >= 9:
             return np.ones(size, dtype=bool)
         pool = 0 if i < 5 else 1
@@ -141,6 +152,15 @@ class ServingSpace(ActionSpace):
             if list(lay[:k]) == chosen and lay[0] * lay[1] * lay[2] <= room:
                 ok[h[i].values.index(lay[k])] = True
         return ok
+
+    def _moe_ep_allowed(self, pool: int, prefix: tuple[int, ...], disagg: bool) -> np.ndarray:
+        """Values of pool ``pool``'s (0: a, 1: b) ``moe_ep`` head: divisors of its tp that split the experts
+        evenly over ``ep x moe_ep`` ranks; an aggregated plan's pool b takes the first value."""
+        values = self.heads[self.moe_head + pool].values
+        if pool == 1 and not disagg:
+            return np.arange(len(values)) == 0
+        tp, ep = (self.heads[1 + 4 * pool + k].values[prefix[1 + 4 * pool + k]] for k in range(2))
+        return np.array([tp % g == 0 and self.ctx.model.num_experts % (ep * g) == 0 for g in values])
 
     def _allowed_any(self, i: int, prefix: tuple[int, ...]) -> np.ndarray:
         """As :meth:`_allowed_uncached`, but never empty: after a prefix that is itself outside the
@@ -181,11 +201,12 @@ class ServingSpace(ActionSpace):
         a = [int(x) for x in np.asarray(action).reshape(-1)]
         v = [self.heads[i].values[a[i]] for i in range(self.num_heads)]
         seqs, spec = v[9], (v[10] if self.spec_searched else None)
-        pool_a = Pool(runtime_strategy(tp=v[1], ep=v[2], pp=v[3]), v[4], seqs)
+        moe = (v[self.moe_head], v[self.moe_head + 1]) if self.moe_head is not None else (1, 1)
+        pool_a = Pool(runtime_strategy(tp=v[1], ep=v[2], pp=v[3]), v[4], seqs, moe[0])
         if MODE_VALUES[v[0]] == "agg":
             return ServingPlan("agg", pool=pool_a, spec_tokens=spec)
-        return ServingPlan("disagg", prefill=pool_a, decode=Pool(runtime_strategy(tp=v[5], ep=v[6], pp=v[7]), v[8], seqs),
-                           spec_tokens=spec)
+        return ServingPlan("disagg", prefill=pool_a,
+                           decode=Pool(runtime_strategy(tp=v[5], ep=v[6], pp=v[7]), v[8], seqs, moe[1]), spec_tokens=spec)
 
     def action_of(self, plan: ServingPlan) -> np.ndarray:
         """The action of a plan (its degrees and counts must be head values)."""
@@ -202,6 +223,11 @@ class ServingSpace(ActionSpace):
         row.append(idx(9, pools[-1].max_num_seqs))
         if self.spec_searched:
             row.append(idx(10, self.runtime.spec_tokens if plan.spec_tokens is None else plan.spec_tokens))
+        if self.moe_head is not None:
+            row += [idx(self.moe_head, pools[0].moe_ep),
+                    idx(self.moe_head + 1, pools[1].moe_ep) if plan.mode != "agg" else 0]
+        elif any(p.moe_ep != 1 for p in pools):
+            raise ValueError(f"plan {plan.describe()}: moe_ep is not searched here (serving.search.moe_ep)")
         return np.array(row, dtype=np.int64)
 
     def enumerate(self) -> np.ndarray:
@@ -238,11 +264,32 @@ class ServingSpace(ActionSpace):
         rows = []
         values = self.heads[10].values if self.spec_searched else (self.runtime.spec_tokens,)
         spec = self.runtime.spec_tokens if self.runtime.spec_tokens in values else values[0]
+        moe_ep = self.moe_ep_values[0] if self.moe_ep_values else 1  # the first allowed value: 1 if given
         for s in self.heads[9].values:
-            plan = ServingPlan("agg", pool=Pool(runtime_strategy(tp=lay[0], ep=lay[1], pp=lay[2]), workers, s),
+            plan = ServingPlan("agg", pool=Pool(runtime_strategy(tp=lay[0], ep=lay[1], pp=lay[2]), workers, s, moe_ep),
                                spec_tokens=spec if self.spec_searched else None)
             rows.append(self.action_of(plan))
         return rows
+
+
+def _moe_ep_values(values, model) -> tuple[int, ...]:
+    """The ``moe_ep`` heads' values (``serving.search.moe_ep``): distinct positive integers, on an MoE model
+    only; ``()`` when not searched (``None``)."""
+    if values is None:
+        return ()
+    if not model.is_moe:
+        raise ValueError(f"serving.search.moe_ep: {model.name} has no routed experts to split")
+    out = []
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"serving.search.moe_ep: {v!r} is not a positive integer")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise ValueError("serving.search.moe_ep: an empty list (leave it null to shard experts by TP)")
+    if 1 not in out:  # the Megatron heuristic and the pool seeds shard experts by TP
+        raise ValueError("serving.search.moe_ep: include 1 (expert TP), the layout the warm start proposes")
+    return tuple(sorted(out))
 
 
 def _spec_values(values, runtime: RuntimeProfile) -> tuple[int, ...]:

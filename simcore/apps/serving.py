@@ -27,13 +27,16 @@ __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingApp
 
 @dataclass
 class PoolConfig:
-    """One pool of a plan typed on the command line: ``workers`` replicas of ``tp * ep * pp`` GPUs."""
+    """One pool of a plan typed on the command line: ``workers`` replicas of ``tp * ep * pp`` GPUs;
+    ``moe_ep``: the experts split that many ways whole inside each TP group (1: expert TP;
+    :class:`simcore.serving.Pool`)."""
 
     tp: int = 1
     ep: int = 1
     pp: int = 1
     workers: int = 1
     max_num_seqs: int = 256
+    moe_ep: int = 1
 
 
 @dataclass
@@ -55,7 +58,9 @@ class ServingSearchConfig:
     """``shard-search workload=serving``: ``budget`` simulated plans per method (repeats are free);
     the space: ``tp`` / ``ep`` / ``pp`` degrees of a worker (``null``: powers of two up to a node for
     tp, the experts for ep), ``max_num_seqs`` values, ``modes``, ``spec_tokens`` values (draft tokens per
-    decode step, 0 = off; ``null``: not searched, ``serving.spec_tokens`` for every plan); ``loads`` multiply the configured
+    decode step, 0 = off; ``null``: not searched, ``serving.spec_tokens`` for every plan); ``moe_ep`` values
+    (each pool's experts split that many ways whole inside its TP groups, 1 among them; ``null``: not
+    searched, experts sharded by TP); ``loads`` multiply the configured
     concurrency (or rate) for the Pareto front, on which the ``pareto_plans`` best plans of each mode
     are simulated; ``tpot_grid_ms``: TPOT targets of the best-plan-per-SLO table (TTFT stays the
     configured one); ``exact_limit``: most plans ``planner=exact`` enumerates; ``pool_seeds``: disaggregated
@@ -68,6 +73,7 @@ class ServingSearchConfig:
     max_num_seqs: list[int] = field(default_factory=lambda: [32, 64, 128, 256, 512, 1024])
     modes: list[str] = field(default_factory=lambda: ["agg", "disagg"])
     spec_tokens: list[int] | None = None
+    moe_ep: list[int] | None = None
     loads: list[float] = field(default_factory=lambda: [0.25, 0.5, 1.0, 2.0])
     pareto_plans: int = 2
     tpot_grid_ms: list[float] = field(default_factory=lambda: [20.0, 35.0, 50.0, 100.0])
@@ -194,14 +200,14 @@ def build_serving_context(cfg):
 def _pool(d: dict, role: str):
     from simcore.serving import Pool, ServingInputError, runtime_strategy
 
-    unknown = set(d) - {"tp", "ep", "pp", "workers", "max_num_seqs", "sharding", "dp", "batch"}
+    unknown = set(d) - {"tp", "ep", "pp", "workers", "max_num_seqs", "sharding", "dp", "batch", "moe_ep"}
     if unknown:
         raise UserError(f"serving.plan.{role}: unknown field(s) {', '.join(sorted(unknown))}")
     try:
         strategy = runtime_strategy(tp=d.get("tp", 1), ep=d.get("ep", 1), pp=d.get("pp", 1))
         if d.get("sharding"):
             strategy = strategy.replace(sharding=dict(strategy.sharding) | dict(d["sharding"]))
-        return Pool(strategy, d.get("workers", 1), d.get("max_num_seqs", 256))
+        return Pool(strategy, d.get("workers", 1), d.get("max_num_seqs", 256), d.get("moe_ep", 1))
     except (ServingInputError, ValueError) as exc:
         raise UserError(f"serving.plan.{role}: {exc}") from None
 
@@ -292,7 +298,8 @@ def run_serving_sim(cfg) -> dict:
     """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
     from simcore.apps.common import atomic_write_json, console, run_dir
     from simcore.config import build_graph
-    from simcore.serving import simulate_serving
+    from simcore.serving import ServingInputError, simulate_serving
+    from simcore.serving.plan import check_expert_layout
 
     scfg = build_serving_config(cfg.serving)
     plan = load_serving_plan(cfg.plan, cfg.model.name) if cfg.plan else plan_from_config(cfg.serving.plan)
@@ -300,6 +307,12 @@ def run_serving_sim(cfg) -> dict:
     if plan.gpus > ctx.cluster.num_gpus:
         raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
                         f"{ctx.cluster.num_gpus}")
+    for role, pool in plan.pools:
+        try:
+            check_expert_layout(pool.strategy, pool.moe_ep, ctx.model)
+        except ServingInputError as exc:
+            where = "pool" if role == "both" else role
+            raise UserError(str(exc).replace("pool.moe_ep", f"serving.plan.{where}.moe_ep", 1)) from None
     graph = build_graph(cfg.topology, cfg.hardware) if cfg.serving.network else None
     result = simulate_serving(ctx, plan, scfg, graph=graph)
     con = console()

@@ -2,7 +2,7 @@
 
 Each pool's worker is one launch of its ``(tp, ep, pp)`` strategy, mapped by the static plan mappers of
 :mod:`simcore.export.targets` (``ep`` attention data-parallel groups of ``tp`` GPUs, experts split
-``ep`` ways; ``max_num_seqs`` per worker), repeated ``workers`` times. Workers take consecutive GPUs,
+``ep x moe_ep`` ways; ``max_num_seqs`` per worker), repeated ``workers`` times. Workers take consecutive GPUs,
 prefill workers first, as :func:`simcore.serving.simulate_serving` places them; each launch says which
 node and GPUs it runs on.
 
@@ -84,7 +84,7 @@ def _label(role: str) -> str:
 def _mapping(target: str, pool: Pool, model: ModelSpec, model_path: str, gpn, dtypes: tuple):
     """The static mapper's flags for one pool; ``dtypes``: the weights' and the KV cache's precision."""
     s = pool.strategy.replace(dp=1, batch=pool.max_num_seqs)
-    return MAPPERS[target](Deployment(s, model, model_path, gpn, *dtypes))
+    return MAPPERS[target](Deployment(s, model, model_path, gpn, *dtypes, moe_ep=pool.moe_ep))
 
 
 def _cuda_env(where: str) -> str:
@@ -163,8 +163,8 @@ def _trtllm_options(pool: Pool, model: ModelSpec, runtime: RuntimeProfile, dtype
     opts = {"tensor_parallel_size": width, "pipeline_parallel_size": s.pp, "enable_attention_dp": attn_dp,
             "max_batch_size": per_rank, "max_num_tokens": runtime.max_num_batched_tokens,
             "kv_cache_config": {"free_gpu_memory_fraction": runtime.mem_fraction}}
-    if model.is_moe:
-        opts |= {"moe_expert_parallel_size": s.ep, "moe_tensor_parallel_size": s.tp}
+    if model.is_moe:  # experts: EP over the attention-DP groups and moe_ep ways inside each TP group
+        opts |= {"moe_expert_parallel_size": s.ep * pool.moe_ep, "moe_tensor_parallel_size": s.tp // pool.moe_ep}
     if Deployment(s, model, "", None, *dtypes).kv_fp8:
         opts["kv_cache_config"]["dtype"] = "fp8"
     if role != "prefill":
@@ -197,7 +197,7 @@ def _trtllm(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig, isl: int
             if gpn and pool.gpus_per_worker > gpn else _cuda_env(where)
         out.script.append(f"# {_label(role)} {w}: {where}")
         out.script.append(f"{launch}trtllm-serve {path} --host 0.0.0.0 --port {port} --backend pytorch "
-                          f"--tp_size {s.tp * s.ep} --pp_size {s.pp} --ep_size {s.ep} "
+                          f"--tp_size {s.tp * s.ep} --pp_size {s.pp} --ep_size {s.ep * pool.moe_ep} "
                           f"--max_batch_size {_trtllm_options(pool, model, runtime, dtypes, role, isl)['max_batch_size']} "
                           f"--max_num_tokens {runtime.max_num_batched_tokens} "
                           f"--extra_llm_api_options trtllm_{role}.yaml &")

@@ -46,6 +46,8 @@ class Deployment:
     gpus_per_node: int | None = None
     precision: str | None = None
     kv_precision: str | None = None
+    #: a serving pool's experts split this many ways whole inside each TP group (:class:`simcore.serving.Pool`)
+    moe_ep: int = 1
 
     @property
     def kv_fp8(self) -> bool:
@@ -109,12 +111,14 @@ def vllm(d: Deployment) -> Mapping:
     out.add("--tensor-parallel-size", s.tp, "--pipeline-parallel-size", s.pp)
     if m.is_moe:
         if s.ep > 1:
-            out.add("--data-parallel-size", s.ep, "--enable-expert-parallel")
-            if s.tp > 1:
+            out.add("--data-parallel-size", s.ep)
+        if s.ep > 1 or d.moe_ep > 1:
+            out.add("--enable-expert-parallel")
+            if s.tp > 1 and d.moe_ep != s.tp:
                 out.notes.append(
                     f"vLLM's expert parallelism spans all tp*ep = {s.tp * s.ep} GPUs of a stage with whole "
-                    f"experts (EP={s.tp * s.ep}); the plan has EP={s.ep} x expert-TP={s.tp}: same expert memory "
-                    "per GPU, different all-to-all/all-reduce traffic; not priced (our model has no such layout)")
+                    f"experts (EP={s.tp * s.ep}); the plan has EP={s.ep * d.moe_ep} x expert-TP={s.tp // d.moe_ep}: "
+                    f"same expert memory per GPU, other GEMMs and routing balance; moe_ep={s.tp} is what vLLM runs")
         if s.dp > 1:
             out.notes.append(f"vLLM's --data-parallel-size synchronizes an MoE model's ranks in every MoE layer, "
                              f"so the plan's dp={s.dp} independent replicas are separate launches")
@@ -184,10 +188,11 @@ def sglang(d: Deployment) -> Mapping:
 
 
 def _sglang_moe(out: Mapping, d: Deployment, attn_dp: int) -> None:
-    """Experts: EP=ep with MoE-TP=tp (EP groups strided by MoE-TP, as ours) or MoE-DP=tp (replicated)."""
+    """Experts: EP=ep x moe_ep with MoE-TP=tp / moe_ep (EP groups strided by MoE-TP, as ours) or MoE-DP=tp
+    (replicated)."""
     s, m = d.strategy, d.model
-    if s.ep > 1:
-        out.add("--ep-size", s.ep)
+    if s.ep * d.moe_ep > 1:
+        out.add("--ep-size", s.ep * d.moe_ep)
     if s.tp > 1 and _replicated_experts(s):
         out.add("--moe-dp-size", s.tp)
         out.sharding |= _REPLICATED_EXPERTS

@@ -6,6 +6,16 @@ A pool is ``workers`` replicas of one :class:`~simcore.strategy.Strategy` (its `
 sequences of a worker). ``ep > 1`` means ``ep`` data-parallel attention groups whose experts are split
 ``ep`` ways (SGLang's ``--enable-dp-attention`` with ``--ep-size``, TensorRT-LLM's attention DP).
 
+``moe_ep`` > 1 splits the routed experts ``moe_ep`` ways whole inside each tensor-parallel group, each
+share tensor-parallel over ``tp / moe_ep`` GPUs (TensorRT-LLM's ``moe_ep_size`` with ``moe_tp_size = tp /
+moe_ep``, SGLang's ``--ep-size``, vLLM's ``--enable-expert-parallel`` at ``moe_ep = tp``): the attention
+stays tensor-parallel and every GPU of the group runs its own experts on the group's replicated tokens,
+whose outputs the same all-reduce sums as under expert tensor parallelism (vLLM's ``FusedMoE`` reduces
+over the tensor-parallel group whether its experts are split by TP or EP). Same weights per GPU, other
+kernels: whole experts make wider GEMMs, and a GPU now waits for its own activated experts, so a step
+waits for the busiest one (priced under a sampled routing config, :meth:`.StepCost.expert_load`).
+``moe_ep = 1`` is expert tensor parallelism, the default.
+
 A ``seesaw`` plan holds its two layouts as ``prefill`` and ``decode`` pools of the same ``workers`` and
 ``max_num_seqs`` over the same GPUs (``tp * ep * pp`` equal); ``host_kv_bytes_per_gpu`` is the host
 (CPU) memory per GPU that parks prefilled requests' KV until the worker switches to decode: by default
@@ -25,7 +35,8 @@ from dataclasses import dataclass
 from ..strategy import Strategy, megatron_sharding
 from .requests import ServingInputError
 
-__all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU", "runtime_sharding", "runtime_strategy"]
+__all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU", "runtime_sharding", "runtime_strategy",
+           "check_expert_layout"]
 
 MODES = ("agg", "disagg", "seesaw")
 #: Host memory per GPU for a seesaw worker's parked KV: 2 TB per 8-GPU DGX H100/H200 node (module docstring).
@@ -62,12 +73,18 @@ class Pool:
     strategy: Strategy
     workers: int = 1
     max_num_seqs: int = 256
+    #: experts split this many ways whole inside each tensor-parallel group (module docstring); 1: expert TP
+    moe_ep: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ServingInputError(f"pool.workers must be a positive integer, got {self.workers!r}")
         if isinstance(self.max_num_seqs, bool) or not isinstance(self.max_num_seqs, int) or self.max_num_seqs < 1:
             raise ServingInputError(f"pool.max_num_seqs must be a positive integer, got {self.max_num_seqs!r}")
+        g = self.moe_ep
+        if isinstance(g, bool) or not isinstance(g, int) or g < 1 or self.strategy.tp % g:
+            raise ServingInputError(f"pool.moe_ep must be a positive integer dividing tp ({self.strategy.tp}), "
+                                    f"got {g!r}")
 
     @property
     def gpus_per_worker(self) -> int:
@@ -80,12 +97,30 @@ class Pool:
 
     def describe(self) -> str:
         s = self.strategy
-        return f"{self.workers}x(tp{s.tp} ep{s.ep} pp{s.pp}, seqs {self.max_num_seqs})"
+        moe = f" moe_ep{self.moe_ep}" if self.moe_ep > 1 else ""
+        return f"{self.workers}x(tp{s.tp} ep{s.ep} pp{s.pp}{moe}, seqs {self.max_num_seqs})"
 
     def to_dict(self) -> dict:
         s = self.strategy
-        return {"tp": s.tp, "ep": s.ep, "pp": s.pp, "workers": self.workers, "max_num_seqs": self.max_num_seqs,
-                "sharding": dict(s.sharding)}
+        out = {"tp": s.tp, "ep": s.ep, "pp": s.pp, "workers": self.workers, "max_num_seqs": self.max_num_seqs,
+               "sharding": dict(s.sharding)}
+        if self.moe_ep > 1:  # expert-TP pools keep their old form
+            out["moe_ep"] = self.moe_ep
+        return out
+
+
+def check_expert_layout(strategy: Strategy, moe_ep: int, model) -> None:
+    """A one-line :class:`ServingInputError` when a pool's ``moe_ep`` cannot hold ``model``'s experts: a
+    dense model, or routed experts that the ``ep x moe_ep`` expert ranks do not split evenly (the
+    runtimes' expert-parallel layers require it: each rank loads ``E / ranks`` whole experts)."""
+    if moe_ep == 1:
+        return
+    if not model.is_moe:
+        raise ServingInputError(f"pool.moe_ep: {moe_ep} on {model.name}, which has no routed experts")
+    ranks = strategy.ep * moe_ep
+    if (model.num_experts + strategy.redundant_experts) % ranks:
+        raise ServingInputError(f"pool.moe_ep: {model.name}'s {model.num_experts} routed experts do not split "
+                                f"evenly over ep {strategy.ep} x moe_ep {moe_ep} = {ranks} expert ranks")
 
 
 @dataclass(frozen=True)
@@ -125,6 +160,10 @@ class ServingPlan:
                                     f"{p.gpus_per_worker}")
         if (d.workers, d.max_num_seqs) != (p.workers, p.max_num_seqs):
             raise ServingInputError("plan.decode: a seesaw plan's two layouts share workers and max_num_seqs")
+        if p.moe_ep > 1 or d.moe_ep > 1:  # its re-layout prices experts sharded by TP (reshard.py)
+            raise ServingInputError("plan.prefill.moe_ep / plan.decode.moe_ep: a seesaw plan's layouts shard "
+                                    "their experts by tensor parallelism (moe_ep 1); re-sharding expert-parallel "
+                                    "layouts is not modelled")
         h = self.host_kv_bytes_per_gpu
         if isinstance(h, bool) or not isinstance(h, int | float) or not (h > 0 and math.isfinite(h)):
             raise ServingInputError(f"plan.host_kv_bytes_per_gpu must be a positive number of bytes, got {h!r}")

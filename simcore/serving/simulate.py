@@ -200,7 +200,7 @@ class _Cluster(RequestIntake):
             shape = _shape_error(ctx, role, pool.strategy)
             if shape:
                 raise PlanInfeasible(shape)
-            cost = StepCost(ctx, pool.strategy, runtime)
+            cost = StepCost(ctx, pool.strategy, runtime, pool.moe_ep)
             self.costs.append(cost)
             kv = kv_capacity_tokens(ctx, pool.strategy, runtime)
             self.kv_tokens[role] = kv

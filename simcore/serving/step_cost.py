@@ -13,7 +13,7 @@ deployments run) all groups step together through the MoE layers, so a step cost
 group costs.
 
 Routing skew: with a routing config on the context (``ctx.routing``) and experts split over ``ep``
-groups, each MoE layer is priced at the expected load of its busiest expert rank for the step's token
+groups (times the pool's ``moe_ep`` inside each tensor-parallel group), each MoE layer is priced at the expected load of its busiest expert rank for the step's token
 copies (:func:`simcore.moe.expected_max_loads`, the proxy's own expectation, with the strategy's
 redundant experts): a step waits for its busiest GPU. Without one, routing is uniform (load 1). A
 runtime whose ``moe_a2a_backend`` is ``deepep`` prices dispatch and combine with DeepEP's kernels.
@@ -38,6 +38,7 @@ from ..memory import stage_layers
 from ..moe import RoutingConfig, expected_max_loads
 from ..sparse_attention import INDEXER_KERNELS
 from ..strategy import Strategy
+from .plan import check_expert_layout
 
 __all__ = ["GroupBatch", "StepCost"]
 
@@ -95,13 +96,16 @@ def _linear_per_stage(model, pp: int) -> list[int]:
 
 
 class StepCost:
-    """Per-stage GPU time of a step on one worker running ``strategy`` (``dp`` is ignored: one replica).
+    """Per-stage GPU time of a step on one worker running ``strategy`` (``dp`` is ignored: one replica)
+    with its experts split ``moe_ep`` ways whole inside each tensor-parallel group (:class:`.Pool`).
 
     ``stage_times(groups)`` returns one time per pipeline stage, in seconds, for the given per-group
     batches (one :class:`GroupBatch` per attention group, at most ``strategy.ep``).
     """
 
-    def __init__(self, ctx: CostContext, strategy: Strategy, runtime=None):
+    def __init__(self, ctx: CostContext, strategy: Strategy, runtime=None, moe_ep: int = 1):
+        check_expert_layout(strategy, moe_ep, ctx.model)
+        self.moe_ep = moe_ep
         if runtime is not None and runtime.moe_a2a_backend == "deepep" and getattr(ctx.routing, "a2a", None) != "deepep":
             ctx = dataclasses.replace(ctx, routing=dataclasses.replace(ctx.routing or RoutingConfig(), a2a="deepep"))
         self.ctx, self.strategy, self.runtime = ctx, strategy, runtime
@@ -119,12 +123,14 @@ class StepCost:
     # ------------------------------------------------------------------ everything but attention
     def expert_load(self, tokens: int) -> float:
         """The busiest expert rank's expected load over the mean when each of the ``ep`` groups runs
-        ``tokens`` tokens (1.0: no routing config, a dense model, or one expert rank; module doc)."""
+        ``tokens`` tokens, its experts on ``ep x moe_ep`` ranks (1.0: no routing config, a dense model,
+        or one expert rank; module doc)."""
         m, s = self.model, self.strategy
-        if self.ctx.routing is None or not m.is_moe or s.ep <= 1:
+        ranks = s.ep * self.moe_ep
+        if self.ctx.routing is None or not m.is_moe or ranks <= 1:
             return 1.0
         copies = float(max(tokens, 1)) * s.ep * m.top_k
-        return float(expected_max_loads(self.ctx.routing, m.num_experts, s.ep, copies, s.redundant_experts))
+        return float(expected_max_loads(self.ctx.routing, m.num_experts, ranks, copies, s.redundant_experts))
 
     def _blocks(self, tokens: int, sampled: int) -> dict[str, tuple[float, int, int]]:
         """Each block of the lowering at ``tokens`` tokens and ``sampled`` sampled ones: its GPU seconds,
@@ -136,6 +142,7 @@ class StepCost:
         self.lowerings += 1
         low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len, self.expert_load(tokens))
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
+        low.expert_groups = self.moe_ep
         if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
             low.expert_flops_per_s = self.runtime.expert_flops_per_s(low.gpu, self.w.precision)
             low.expert_bytes_per_s = self.runtime.expert_bytes_per_s(low.gpu)

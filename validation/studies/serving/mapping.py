@@ -17,9 +17,13 @@ The mapping, column by column:
   tensor-core math) every GEMM runs in BF16 and the other weights are BF16 as those checkpoints ship
   them, elsewhere FP8.
 - Layout per pool: ``tp_size`` is the attention TP degree, ``attention_dp_size`` the data-parallel
-  attention groups (our ``ep``: experts split that many ways). Experts expert-parallel inside one TP
-  group (``moe_ep_size == tp_size``, ``moe_tp_size == 1``) are priced as expert TP over that group: each
-  GPU holds and reads the same expert bytes; the all-to-all is priced as the all-reduce TP uses. A layout
+  attention groups (our ``ep``: experts split that many ways). Experts expert-parallel beyond those
+  groups run inside each TP group (the pool's ``moe_ep`` = ``moe_ep_size / attention_dp_size``, experts
+  tensor-parallel over the rest: ``moe_tp_size``): each GPU holds and runs its own whole experts on the
+  group's replicated tokens, reduced by the all-reduce TP uses (:class:`simcore.serving.Pool`). Every
+  MoE row is simulated with each step's token copies drawn multinomially over equally popular experts
+  (``RoutingConfig(sampled=True)``): an expert-parallel MoE layer waits for its busiest GPU (the binomial
+  maximum, :func:`simcore.moe.expected_max_loads`), where expert TP splits every expert evenly. A layout
   whose attention GPUs (tp x dp) differ from its expert GPUs (moe_tp x moe_ep) is skipped, except a vLLM
   row with a blank ``attention_dp_size`` whose expert GPUs are a multiple k of ``tp_size``: vLLM's MoE
   layers run over all data-parallel x tensor-parallel ranks (its ``FusedMoEParallelConfig``), so the row
@@ -57,6 +61,7 @@ from dataclasses import dataclass, field, replace
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
 from simcore.models import ModelConfigError, get_model, preset_for
+from simcore.moe import RoutingConfig
 from simcore.serving import Pool, ServingPlan, get_runtime, runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.workload import Workload
@@ -184,7 +189,10 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool, compact: bool = T
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
     seqs *= max(dp, recorded_dp)  # per recorded rank: 64 = 8 x 8 ranks of batch b run 64 b sequences
-    return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1))
+    # the experts' EP degree beyond the attention-DP groups runs inside each TP group (module doc)
+    inner = moe_ep // dp if moe and moe_ep % dp == 0 and tp % max(moe_ep // dp, 1) == 0 else 1
+    return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1),
+                moe_ep=max(inner, 1))
 
 
 def _workload(precision: str, model, gpu: str) -> Workload | str:
@@ -278,15 +286,16 @@ def _map_row(row: dict) -> RowCase:
 
 def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workload, gpu: str, backend: str) -> None:
     """Set the case's plan, launch flags and cluster (enough 8-GPU nodes for the plan) from its pools."""
-    plan = ServingPlan.aggregated(pools[0].strategy, pools[0].workers, pools[0].max_num_seqs) if len(pools) == 1 \
-        else ServingPlan.disaggregated(*pools)
+    plan = ServingPlan("agg", pool=pools[0]) if len(pools) == 1 else ServingPlan.disaggregated(*pools)
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
     case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency,
                                tp=pools[0].strategy.tp) | version_fields(case.row, model.is_moe, workload.precision)
     case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl)
     model = replace(model, **launch_model_fields(backend, preset, case.isl, case.osl))
-    case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS))
+    routing = RoutingConfig(sampled=True) if model.is_moe else None  # module doc: the busiest expert rank
+    case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS),
+                           routing=routing)
 
 
 def _holds_weights(case: RowCase, pool: Pool) -> bool:
