@@ -140,6 +140,14 @@ def test_a_model_the_layout_cannot_split_is_refused_naming_the_field():
         StepCost(mixtral, runtime_strategy(tp=4, ep=4), get_runtime("vllm"), 4)  # 16 ranks, 8 experts
 
 
+def test_a_deepep_runtime_keeps_its_experts_over_the_dp_groups():
+    """DeepEP's dispatch inside a TP group is not priced: refused in one line, not priced as free."""
+    with pytest.raises(ServingInputError, match="pool.moe_ep: runtime sglang-deepep") as err:
+        StepCost(_ctx(), runtime_strategy(tp=8), get_runtime("sglang-deepep"), 8)
+    assert "\n" not in str(err.value)
+    StepCost(_ctx(), runtime_strategy(tp=1, ep=8), get_runtime("sglang-deepep"), 1)  # its own layout
+
+
 def test_a_seesaw_plan_keeps_expert_tp():
     """Its re-layout prices experts sharded by TP; an expert-parallel layout is refused, not mispriced."""
     with pytest.raises(ServingInputError, match="moe_ep"):

@@ -75,6 +75,13 @@ def test_every_value_must_split_the_experts_evenly():
     assert sorted({space.plan(a).pool.moe_ep for a in space.enumerate()}) == [1, 8]
 
 
+def test_a_deepep_runtime_searches_expert_tp_only():
+    ctx, _, _ = _case()
+    space = ServingSpace(ctx, get_runtime("sglang-deepep"), max_len=576, tp=(1, 2, 4), ep=(1,), pp=(1,),
+                         max_num_seqs=(8,), modes=("agg",), moe_ep=(1, 2, 4))
+    assert {space.plan(a).pool.moe_ep for a in space.enumerate()} == {1}
+
+
 @pytest.mark.parametrize(("values", "needle"), [([0], "positive"), ([], "empty"), ([2, 4], "include 1"),
                                                 ([True], "positive")])
 def test_bad_values_name_the_field(values, needle):

@@ -155,9 +155,10 @@ class ServingSpace(ActionSpace):
 
     def _moe_ep_allowed(self, pool: int, prefix: tuple[int, ...], disagg: bool) -> np.ndarray:
         """Values of pool ``pool``'s (0: a, 1: b) ``moe_ep`` head: divisors of its tp that split the experts
-        evenly over ``ep x moe_ep`` ranks; an aggregated plan's pool b takes the first value."""
+        evenly over ``ep x moe_ep`` ranks; an aggregated plan's pool b, and a DeepEP runtime's pools (its
+        dispatch inside a TP group is not modelled, :class:`~simcore.serving.StepCost`), take the first (1)."""
         values = self.heads[self.moe_head + pool].values
-        if pool == 1 and not disagg:
+        if (pool == 1 and not disagg) or self.runtime.moe_a2a_backend == "deepep":  # DeepEP: experts over ep only
             return np.arange(len(values)) == 0
         tp, ep = (self.heads[1 + 4 * pool + k].values[prefix[1 + 4 * pool + k]] for k in range(2))
         return np.array([tp % g == 0 and self.ctx.model.num_experts % (ep * g) == 0 for g in values])

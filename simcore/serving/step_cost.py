@@ -39,6 +39,7 @@ from ..moe import RoutingConfig, expected_max_loads
 from ..sparse_attention import INDEXER_KERNELS
 from ..strategy import Strategy
 from .plan import check_expert_layout
+from .requests import ServingInputError
 
 __all__ = ["GroupBatch", "StepCost"]
 
@@ -105,6 +106,10 @@ class StepCost:
 
     def __init__(self, ctx: CostContext, strategy: Strategy, runtime=None, moe_ep: int = 1):
         check_expert_layout(strategy, moe_ep, ctx.model)
+        if moe_ep > 1 and runtime is not None and runtime.moe_a2a_backend == "deepep":
+            raise ServingInputError(f"pool.moe_ep: runtime {runtime.name} dispatches tokens with DeepEP, whose "
+                                    f"all-to-all inside a tensor-parallel group is not modelled; split the "
+                                    f"experts over attention-DP groups (ep) instead")
         self.moe_ep = moe_ep
         if runtime is not None and runtime.moe_a2a_backend == "deepep" and getattr(ctx.routing, "a2a", None) != "deepep":
             ctx = dataclasses.replace(ctx, routing=dataclasses.replace(ctx.routing or RoutingConfig(), a2a="deepep"))
