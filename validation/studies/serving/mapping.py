@@ -189,10 +189,11 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool, compact: bool = T
     workers = _int(row, f"{prefix}num_workers", 1) if prefix else 1
     seqs = _int(row, f"{prefix}batch_size", concurrency)
     seqs *= max(dp, recorded_dp)  # per recorded rank: 64 = 8 x 8 ranks of batch b run 64 b sequences
-    # the experts' EP degree beyond the attention-DP groups runs inside each TP group (module doc)
-    inner = moe_ep // dp if moe and moe_ep % dp == 0 and tp % max(moe_ep // dp, 1) == 0 else 1
-    return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1),
-                moe_ep=max(inner, 1))
+    # The experts' EP degree beyond the attention-DP groups runs inside each TP group (module doc). An EP
+    # degree below the DP groups' count (experts EP x TP across them) has no such reading: its experts stay
+    # split over the DP groups, as the strategy has them.
+    inner = moe_ep // dp if moe and moe_ep > dp and moe_ep % dp == 0 and tp % (moe_ep // dp) == 0 else 1
+    return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1), moe_ep=inner)
 
 
 def _workload(precision: str, model, gpu: str) -> Workload | str:
