@@ -76,14 +76,24 @@ def test_moe_ep_1_is_expert_tensor_parallelism_exactly():
         assert base.expert_load(seqs) == one.expert_load(seqs) == 1.0  # one expert rank: nothing to balance
 
 
-def test_same_weights_per_gpu_so_the_same_kv_cache():
-    """E / 8 whole experts or 1/8 of every expert: the same bytes per GPU, so the same KV capacity."""
-    rt = get_runtime("sglang")
-    assert kv_capacity_tokens(_ctx(), runtime_strategy(tp=8), rt) > 0
-    pool = Pool(runtime_strategy(tp=8), moe_ep=8)
-    assert Pool(runtime_strategy(tp=8)).gpus == pool.gpus == 8
-    # the memory model sees the strategy only: moe_ep moves no byte
-    assert kv_capacity_tokens(_ctx(), pool.strategy, rt) == kv_capacity_tokens(_ctx(), runtime_strategy(tp=8), rt)
+def test_same_work_and_weights_per_gpu_as_expert_tp():
+    """E / 8 whole experts or 1/8 of every expert: each GPU computes the same FLOPs on the same weight
+    elements (n x k x active experts, summed over both GEMMs) at any batch, so the memory model, which
+    sees the strategy alone, rightly gives both layouts one KV capacity."""
+    def work(moe_ep: int, tokens: int) -> tuple[float, float]:
+        cost = _cost(moe_ep)
+        low = _NoAttention(cost.ctx, cost._arrays, "prefill", cost.w.input_len)
+        low.tokens, low.seqs = float(tokens), float(tokens)
+        low.expert_groups = moe_ep
+        tasks = [t for t in low.layer(moe=True) if t.name in ("expert_ffn1", "expert_ffn2")]
+        return sum(float(t.flops) for t in tasks), len(tasks)
+
+    for tokens in (4, 4096):
+        ep_flops, n_ep = work(8, tokens)
+        tp_flops, n_tp = work(1, tokens)
+        assert n_ep == n_tp == 2 and ep_flops == pytest.approx(tp_flops, rel=1e-12)
+    assert work(2, 64)[0] == pytest.approx(work(1, 64)[0], rel=1e-12)  # moe_tp 4 x moe_ep 2 too
+    assert kv_capacity_tokens(_ctx(), Pool(runtime_strategy(tp=8), moe_ep=8).strategy, get_runtime("sglang")) > 0
 
 
 def test_balanced_routing_reads_the_same_expert_bytes_as_expert_tp():
