@@ -224,6 +224,10 @@ def _app(name, *args, cwd):
     ("search", ["serving.tpot_slo_ms=-5"], "serving.tpot_slo_ms must be a positive number of milliseconds, got -5.0"),
     # seesaw-only: had been accepted and ignored on an aggregated plan
     ("sim", ["serving.plan.host_kv_bytes_per_gpu=1e11"], "serving.plan.host_kv_bytes_per_gpu"),
+    # expert parallelism inside the TP group: a degree not dividing tp, and one on a dense model
+    ("sim", ["serving.plan.pool.tp=8", "serving.plan.pool.moe_ep=3"], "serving.plan.pool"),
+    ("sim", ["serving.plan.pool.tp=8", "serving.plan.pool.moe_ep=8"], "serving.plan.pool.moe_ep"),
+    ("search", ["serving.search.moe_ep=[1,8]"], "serving.search.moe_ep"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     (tmp_path / "missing.csv").write_text("arrival_s,input_len\n0,10\n")
