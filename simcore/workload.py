@@ -33,8 +33,9 @@ class Workload:
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     activation_bytes: float = 2.0  # bf16 activations between kernels
-    #: Bytes per routed-expert weight when experts are quantized below ``precision`` (weight-only
-    #: 4-bit experts: gpt-oss MXFP4, Kimi-K2 INT4 = 0.5); ``None``: experts at ``precision``.
+    #: Bytes per routed-expert weight when experts are quantized below ``precision``, their block
+    #: scales included (weight-only 4-bit experts: gpt-oss MXFP4 0.53125, 4 bits plus an 8-bit scale
+    #: per 32; Kimi-K2.5's group-32 INT4 with BF16 scales 0.5625); ``None``: experts at ``precision``.
     expert_weight_bytes: float | None = None
     #: Decode attention kernel generation: the fraction of a KV head's bytes each further query head
     #: of its group re-reads from HBM. 0: today's kernels (FlashInfer, FlashAttention, TensorRT-LLM

@@ -13,9 +13,10 @@ The mapping, column by column:
   ``h200_sxm``, ``b200_sxm``).
 - ``precision`` -> weights and GEMMs (the KV cache's type is the runtime's choice: :mod:`.kv_dtype`):
   ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
-  Kimi-K2 INT4 experts) are weight-only 4-bit experts: expert weights at 0.5 bytes; on Hopper (no 4-bit
-  tensor-core math) every GEMM runs in BF16 and the other weights are BF16 as those checkpoints ship
-  them, elsewhere FP8.
+  Kimi-K2 INT4 experts) are weight-only 4-bit experts: each expert weight half a byte plus its
+  block's scale, in the checkpoint's format (:mod:`.weight_format`: MXFP4 0.53125 bytes, group-32 INT4
+  0.5625); on Hopper (no 4-bit tensor-core math) every GEMM runs in BF16 and the other weights are BF16
+  as those checkpoints ship them, elsewhere FP8.
 - Layout per pool: ``tp_size`` is the attention TP degree, ``attention_dp_size`` the data-parallel
   attention groups (our ``ep``: experts split that many ways). Experts expert-parallel beyond those
   groups run inside each TP group (the pool's ``moe_ep`` = ``moe_ep_size / attention_dp_size``, experts
@@ -68,6 +69,7 @@ from simcore.workload import Workload
 
 from .kv_dtype import kv_cache_precision
 from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
+from .weight_format import expert_weight_bytes
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "version_fields"]
 
@@ -196,7 +198,7 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool, compact: bool = T
     return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1), moe_ep=inner)
 
 
-def _workload(precision: str, model, gpu: str) -> Workload | str:
+def _workload(precision: str, model, gpu: str, model_path: str = "", moe_label: str = "") -> Workload | str:
     p = precision.strip().lower()
     if p in ("fp8", "bf16"):
         return Workload(precision=p)
@@ -205,13 +207,15 @@ def _workload(precision: str, model, gpu: str) -> Workload | str:
     if p in _FOUR_BIT:
         if not model.is_moe:
             return f"precision: {p} weights on a dense model are not modelled"
+        four_bit = expert_weight_bytes(model_path, moe_label or p)
         if gpu.startswith(("h100", "h200")):
             # Hopper has no 4-bit tensor-core math: the runtimes run these experts weight-only (W4A16:
             # Marlin, Triton matmul_ogs), dequantized into BF16 GEMMs; and both 4-bit checkpoints here
             # ship attention and dense weights in BF16 (gpt-oss model card; Kimi-K2's compressed-tensors
-            # config quantizes the routed experts only).
-            return Workload(precision="bf16", expert_weight_bytes=0.5)
-        return Workload(precision="fp8", expert_weight_bytes=0.5)
+            # config quantizes the routed experts only). Each expert weight is 4 bits plus its block's
+            # scale, in the checkpoint's format (.weight_format).
+            return Workload(precision="bf16", expert_weight_bytes=four_bit)
+        return Workload(precision="fp8", expert_weight_bytes=four_bit)
     return f"precision: {p!r} is not modelled"
 
 
@@ -261,7 +265,8 @@ def _map_row(row: dict) -> RowCase:
         raise RowError(f"{'isl' if not case.isl else 'osl'}: a length is needed")
     case.runtime = runtime_of(row)
     model = get_model(preset)
-    workload = _workload(row.get("precision") or "", model, gpu)
+    workload = _workload(row.get("precision") or "", model, gpu, row.get("model_path") or "",
+                         row.get("moe_quant_mode") or "")
     if isinstance(workload, str):
         case.skip = workload
         return case

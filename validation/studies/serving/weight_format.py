@@ -1,0 +1,52 @@
+"""The bytes a weight-only 4-bit routed expert occupies, its block scales included.
+
+A 4-bit expert weight is half a byte, plus the scale its block of weights shares, which the checkpoint
+stores beside it and the GEMM reads with it (the weight-only kernels on Hopper, Marlin and Triton's
+``matmul_ogs``, dequantize each block with its scale on the fly). Per weight element:
+
+- ``mxfp4`` (the OCP Microscaling format): blocks of 32 FP4 (E2M1) values sharing one 8-bit E8M0 scale:
+  0.5 + 1/32 = 0.53125 (the "4.25 bits per parameter" of the gpt-oss model card).
+- ``nvfp4``: blocks of 16 FP4 values sharing one FP8 (E4M3) scale (plus one FP32 scale per tensor,
+  negligible): 0.5 + 1/16 = 0.5625.
+- ``int4_g32``: group-wise INT4 with a 16-bit scale per 32 weights (compressed-tensors ``pack-quantized``,
+  ``strategy: group``, ``group_size: 32``, symmetric: no zero point): 0.5 + 2/32 = 0.5625.
+- ``int4_g128``: the same with groups of 128, the GPTQ / AWQ / compressed-tensors default: 0.5 + 2/128.
+
+Which format a row's experts are in is the checkpoint's, not the sample's label (aiconfigurator labels
+gpt-oss-120b ``nvfp4``; its checkpoint is MXFP4): :data:`CHECKPOINT_FORMAT` names the published
+checkpoints, each with its source; a checkpoint not named there takes its format from the label
+(``mxfp4``, ``nvfp4``; any INT4 label: ``int4_g128``, the common default).
+"""
+
+from __future__ import annotations
+
+__all__ = ["FORMAT_BYTES", "CHECKPOINT_FORMAT", "expert_weight_bytes"]
+
+#: Bytes per weight element of each block-scaled 4-bit format (module doc): 4 bits plus the block's scale
+FORMAT_BYTES = {
+    "mxfp4": 0.5 + 1 / 32,
+    "nvfp4": 0.5 + 1 / 16,
+    "int4_g32": 0.5 + 2 / 32,
+    "int4_g128": 0.5 + 2 / 128,
+}
+
+#: The routed experts' format of published 4-bit checkpoints, by Hugging Face id:
+#: gpt-oss (``quantization_config.quant_method: mxfp4`` in its config.json, shipped here as
+#: ``simcore/model_configs/gpt-oss-120b.json``); Kimi-K2.5 and Kimi-K2-Thinking (native INT4 from
+#: quantization-aware training: compressed-tensors, ``num_bits 4``, ``group_size 32``, symmetric, the
+#: routed experts only; the models' config.json, as ROCm ATOM's Kimi-K2.5 recipe also states)
+CHECKPOINT_FORMAT = {
+    "openai/gpt-oss-120b": "mxfp4",
+    "openai/gpt-oss-20b": "mxfp4",
+    "moonshotai/Kimi-K2.5": "int4_g32",
+    "moonshotai/Kimi-K2-Thinking": "int4_g32",
+}
+
+_LABELS = {"mxfp4": "mxfp4", "nvfp4": "nvfp4", "fp4": "nvfp4"}
+
+
+def expert_weight_bytes(model_path: str, label: str) -> float:
+    """Bytes per routed-expert weight element of a 4-bit row: its checkpoint's format where
+    :data:`CHECKPOINT_FORMAT` knows it, else the row's precision label's (module doc)."""
+    fmt = CHECKPOINT_FORMAT.get(model_path.strip()) or _LABELS.get(label.strip().lower(), "int4_g128")
+    return FORMAT_BYTES[fmt]
