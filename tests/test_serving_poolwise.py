@@ -150,3 +150,20 @@ def test_warm_start_adds_the_seeds_within_an_eighth_of_the_budget():
     assert ev.sims == heuristic
     with pytest.raises(ValueError, match="pool_seeds"):
         ServingEvaluator(ctx, space, cfg, budget=8, pool_seeds=-1)
+
+
+def test_open_arrivals_fill_what_the_decode_worker_holds():
+    """Poisson arrivals have no client count: each decode worker runs as many sequences as its
+    ``max_num_seqs`` and KV cache allow (the screening once turned the infinite load into an integer and
+    crashed ``shard-search workload=serving serving.rate=...``)."""
+    _, closed, space = _case(ttft=None, tpot=None)
+    cfg = ServingConfig(arrival="poisson", rate=8.0, num_requests=64, input_len=LengthDist(mean=1024),
+                        output_len=LengthDist(mean=64), runtime="vllm")
+    screen = DecodeScreen(space, _costs(space), cfg)
+    for lay in space.layouts:
+        full = screen.option(lay, 64, math.inf)
+        assert full is not None
+        assert full.sequences == min(64 // lay[1], screen.fits[lay]) * lay[1]
+        assert full.sequences >= screen.option(lay, 64, 8.0).sequences
+    seeds = pool_seeds(space, cfg, 4)
+    assert seeds and all(space.inside(a)[0] for a in seeds)

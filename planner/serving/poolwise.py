@@ -192,10 +192,11 @@ class DecodeScreen:
         self._memo: dict = {}
 
     def option(self, layout: tuple[int, int, int], max_num_seqs: int, sequences: float) -> DecodeOption | None:
-        """The worker at ``sequences`` running sequences (capped as above), or None where it misses the
-        TPOT SLO or holds none."""
+        """The worker at ``sequences`` running sequences (capped as above; ``inf``: open arrivals, as many
+        as it allows), or None where it misses the TPOT SLO or holds none."""
         groups = layout[1]
-        per_group = min(max(max_num_seqs // groups, 1), self.fits[layout], max(int(np.ceil(sequences / groups)), 1))
+        demand = math.ceil(sequences / groups) if math.isfinite(sequences) else math.inf
+        per_group = min(max(max_num_seqs // groups, 1), self.fits[layout], max(demand, 1))
         if per_group < 1:
             return None
         key = (layout, per_group)
