@@ -1,4 +1,5 @@
-"""Every Hydra command the README shows in its shell blocks composes: its groups, options and keys exist.
+"""Every Hydra command the README shows (its shell blocks and its prose) composes: its groups, options and
+keys exist.
 
 A command that only reads well (``shard-search model=moonshotai/Kimi-K2.5``, a field's value written as a
 group choice) would fail on the first try of a newcomer; this composes each one as its app does, without
@@ -39,16 +40,23 @@ def _commands() -> list[str]:
     return out
 
 
+def _inline_commands() -> list[str]:
+    """The commands the README's prose quotes in backticks (a span may wrap across lines)."""
+    flat = (ROOT / "README.md").read_text().replace("\n", " ")
+    return [" ".join(m.group(1).split()) for m in re.finditer(r"`((?:shard-search|shard-sim|shard-validate)\b[^`]*)`", flat)]
+
+
 def _runnable(command: str) -> bool:
-    return not re.search(r"<[^>]*>|\.\.\.|(^|\s)(-m|--multirun)(\s|$)|hydra/launcher", command)
+    """Not a placeholder (``<scenario>``, ``...``, ``NAME``, ``RUN_DIR``), a sweep or a launcher plugin."""
+    return not re.search(r"<[^>]*>|\.\.\.|=[A-Z_]+(\s|$)|(^|\s)(-m|--multirun)(\s|$)|hydra/launcher", command)
 
 
-COMMANDS = [c for c in _commands() if _runnable(c)]
+COMMANDS = sorted({c for c in _commands() + _inline_commands() if _runnable(c)})
 
 
 def test_the_readme_shows_commands_of_every_app():
     assert {c.split()[0] for c in COMMANDS} == set(APPS)
-    assert len(COMMANDS) >= 12
+    assert len(_commands()) >= 12 and len(COMMANDS) >= 25
 
 
 @pytest.mark.parametrize("command", COMMANDS)
