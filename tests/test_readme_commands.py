@@ -43,7 +43,8 @@ def _commands() -> list[str]:
 def _inline_commands() -> list[str]:
     """The commands the README's prose quotes in backticks (a span may wrap across lines)."""
     flat = (ROOT / "README.md").read_text().replace("\n", " ")
-    return [" ".join(m.group(1).split()) for m in re.finditer(r"`((?:shard-search|shard-sim|shard-validate)\b[^`]*)`", flat)]
+    spans = re.finditer(r"`((?:shard-search|shard-sim|shard-validate)\b[^`]*)`", flat)
+    return [" ".join(m.group(1).split()) for m in spans]
 
 
 def _runnable(command: str) -> bool:
