@@ -18,3 +18,19 @@ def test_non_finite_numbers_become_null_and_the_rest_is_kept():
     assert "NaN" not in text.replace('"NaN"', "") and "Infinity" not in text
     with pytest.raises(ValueError):  # json.dumps itself would have written NaN
         json.dumps(math.nan, allow_nan=False)
+
+
+def test_numpy_float32_and_arrays_are_strict_too():
+    """``default=float`` would turn a float32 nan into a float only after the walk, and json refuses it."""
+    text = jsonline.dumps({"f32": np.float32("nan"), "arr": np.array([1.0, np.nan]), "ok": np.float32(0.5)},
+                          default=float)
+    assert json.loads(text) == {"f32": None, "arr": [1.0, None], "ok": 0.5}
+
+
+def test_every_tool_prints_its_figures_through_jsonline():
+    """The last line of every benchmark, fit and study is strict JSON: none prints ``json.dumps`` itself."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "validation"
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "print(json.dumps(" in p.read_text()]
+    assert offenders == []

@@ -13,7 +13,6 @@ JSON line mapping each scenario to ``{"sim_wall_s", "per_gpu_wall_s", "proxy_wal
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from planner.exact import exact_optimum
@@ -22,6 +21,7 @@ from planner.space import SearchSpace
 from simcore.config import build_engine_config, build_graph
 from simcore.engine import simulate
 from simcore.proxy import evaluate
+from validation import jsonline
 from validation.scenarios import scenario_config, scenario_context
 
 __all__ = ["main"]
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
                          "proxy_wall_s": slow["proxy_wall_s"], "gpus": ctx.cluster.num_gpus,
                          "target_s": TARGET_S.get(name), "per_gpu_target_s": PER_GPU_TARGET_S.get(name),
                          "plans": rows}
-    print(json.dumps(figures))
+    print(jsonline.dumps(figures))
     return figures
 
 

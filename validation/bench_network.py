@@ -26,7 +26,6 @@ lives in ``simcore/collectives/``. Wall times exclude building the topology grap
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -40,6 +39,7 @@ from simcore.collectives.cost import entry_costs
 from simcore.collectives.flows import run_collective, simulate_collective
 from simcore.network import FlowNetwork
 from topologies import build_topology, gpu_nodes
+from validation import jsonline
 
 __all__ = ["ring_allreduce", "alltoall", "hierarchical_allreduce", "run_case", "contention_ratio", "main"]
 
@@ -188,7 +188,7 @@ def main() -> dict[str, object]:
           f"x{contention['bandwidth_ratio']:.3f}; physics: 2)")
     figures["contention_2x_allgather_ratio"] = contention["ratio"]
     figures["contention_2x_allgather_bandwidth_ratio"] = contention["bandwidth_ratio"]
-    print(json.dumps(_rounded(figures), separators=(",", ":")))
+    print(jsonline.dumps(_rounded(figures), separators=(",", ":")))
     return figures
 
 

@@ -16,11 +16,12 @@ Options: ``--scenarios a,b``, ``--methods ppo,random``, ``--seeds 5``, ``--budge
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+
+from validation import jsonline
 
 __all__ = ["main", "run_one", "METHODS", "SCENARIOS"]
 
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
     figures = {"bench": "planner", "budget": args.budget, "seeds": args.seeds, "overrides": list(extra),
                "references": refs, "table": table,
                "targets": targets, "runs": runs, "wall_s": time.perf_counter() - started}
-    print(json.dumps(figures, default=float))
+    print(jsonline.dumps(figures, default=float))
     return figures
 
 

@@ -8,7 +8,6 @@ invalid alike, as a planner sees them). Ends with one JSON line of the figures.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -18,6 +17,7 @@ from planner.space import SearchSpace
 from simcore.lowering import StrategyArrays
 from simcore.opgraph import SEARCHABLE_OPS
 from simcore.proxy import evaluate, evaluate_batch
+from validation import jsonline
 from validation.scenarios import scenario_context
 
 __all__ = ["random_keys", "main"]
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     figures = {"batched_strategies_per_s": round(per_s, 1), "scalar_call_ms": round(scalar_ms, 4),
                "scalar_call_cold_ms": round(cold_ms, 4),
                "scenario": args.scenario, "n": args.n}
-    print(json.dumps(figures))
+    print(jsonline.dumps(figures))
     return figures
 
 

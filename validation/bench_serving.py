@@ -11,11 +11,11 @@ line mapping each scenario to ``{"wall_s", "requests", "iterations", "lowerings"
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from simcore.serving import LengthDist, ServingConfig, ServingPlan, simulate_serving
 from simcore.strategy import megatron_strategy
+from validation import jsonline
 from validation.scenarios import scenario_context
 
 __all__ = ["main", "PLANS", "TARGET_S"]
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"{m.output_tokens_per_s_per_gpu:.0f} tok/s/GPU")
         figures[name] = {"wall_s": round(best, 4), "requests": m.requests, "iterations": result.steps,
                          "lowerings": result.lowerings, "target_s": TARGET_S[name]}
-    print(json.dumps(figures))
+    print(jsonline.dumps(figures))
     return figures
 
 

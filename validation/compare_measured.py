@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import statistics
 from pathlib import Path
 
 from simcore.lowering import CostContext
+from validation import jsonline
 from validation.split import BadInput, run_script, split_label, split_of
 from validation.studies.inference import parse_row, predict
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
                "median_abs_err": {k: round(statistics.median(v), 4) for k, v in errors.items() if v},
                "median_abs_err_by_phase": {k: round(statistics.median(v), 4) for k, v in by_phase.items()},
                "by_split": {split_label(k, len(v)): round(statistics.median(v), 4) for k, v in by_split.items()}}
-    print(json.dumps(summary))
+    print(jsonline.dumps(summary))
     return summary
 
 

@@ -10,12 +10,12 @@ ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 from planner.megatron import megatron_search
 from simcore.config import build_graph
 from simcore.engine import EngineConfig, simulate
+from validation import jsonline
 from validation.scenarios import scenario_config, scenario_context
 from validation.studies.fidelity.explain import critical_split, overlap_contention_why
 
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
                   f"exposed comm {r['exposed_comm_ms']} ms  bubble+idle {r['bubble_ms']} ms: {r['why']}")
         figures[name] = {"median_sim_over_proxy": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
                          "rows": rows}
-    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "rows"} for k, v in figures.items()}))
+    print(jsonline.dumps({k: {kk: vv for kk, vv in v.items() if kk != "rows"} for k, v in figures.items()}))
     return figures
 
 

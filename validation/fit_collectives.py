@@ -30,7 +30,6 @@ Run: ``python -m validation.fit_collectives [--data PATH]``; the last line of ou
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 
 import numpy as np
@@ -39,6 +38,7 @@ from scipy.optimize import least_squares
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s
 from simcore.collectives.constants import FABRICS
 from simcore.hardware import get_gpu
+from validation import jsonline
 from validation.split import refuse_test_rows, run_script
 from validation.studies.collectives import DEFAULT_DATA, Case, load_rows, parse_row
 from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
     figures = {"rows": len(cases), "fitted": {p: getattr(best, p) for p in params},
                "harness_overhead_s": overheads, "per_device_launch_s": per_device, "before": before, "after": after,
                "rms_log_residual": float(np.sqrt(np.mean(residuals**2)))}
-    print(json.dumps(figures))
+    print(jsonline.dumps(figures))
     return figures
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import math
 import statistics
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 
 from simcore.collectives import DEFAULT
 from simcore.proxy import evaluate
+from validation import jsonline
 from validation.split import BadInput, refuse_test_rows, run_script
 from validation.studies import inference
 from validation.studies.collectives.harness import HARNESS_OVERHEAD_S
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
                "rows_used": len(cases), "rows_skipped": skipped,
                "mmha_rows": sum(_touched(c, r) for c, r in cases),
                "median_abs_rel_error": math.expm1(_median_abs(errors))}
-    print(json.dumps(figures))
+    print(jsonline.dumps(figures))
     return figures
 
 

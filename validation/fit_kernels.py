@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from scipy.optimize import least_squares
 
 from simcore.hardware import GpuSpec, get_gpu
 from simcore.kernels import DECODE_ATTENTION_FILL_S, attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
+from validation import jsonline
 from validation.split import BadInput, refuse_test_rows, run_script, split_label, split_of
 
 __all__ = ["Sample", "load_samples", "fit", "fit_decode_fill", "evaluate", "main"]
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                "skipped": {reason: len(lines) for reason, lines in sorted(reasons.items())}, "params": params,
                "families": _rounded(stats),
                "by_split": {name: _rounded(st) for name, st in by_split.items()}}
-    print(json.dumps(summary))
+    print(jsonline.dumps(summary))
     return summary
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import statistics
 import sys
@@ -36,6 +35,7 @@ import numpy as np
 
 from simcore import linear_attention as gdn
 from simcore.hardware import get_gpu
+from validation import jsonline
 from validation.split import split_of
 
 __all__ = ["BadInput", "load_rows", "model_s", "fit", "main"]
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
           f"fit rows (in sample) {result['fit']}, held out of the fit (tp {args.hold_out_tp}, same source) "
           f"{result['test']}; before (streaming share "
           f"{gpu.hbm_efficiency}, no chain): fit {result['before']['fit']}, held out {result['before']['test']}")
-    print(json.dumps(result))
+    print(jsonline.dumps(result))
     return 0
 
 

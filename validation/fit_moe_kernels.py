@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import re
 from pathlib import Path
@@ -64,6 +63,7 @@ import numpy as np
 from simcore.hardware import get_gpu
 from simcore.lowering import expert_gemm_s, routed_experts
 from simcore.serving import get_runtime
+from validation import jsonline
 from validation.measure_h100 import HARDWARE
 from validation.split import BadInput, refuse_test_rows, run_script
 
@@ -224,7 +224,7 @@ def _main_decode(data: Path, max_tokens: int, no_fit: bool) -> dict:
         print(f"  shipped {name:6s} ({s['moe_memory_efficiency']:.2f}, {s['moe_layer_s'] * 1e6:.0f} us, fitted on "
               f"serving rows): median |log error| {s['median_abs_log_error']:.3f}")
     result |= {"mode": "decode", "max_tokens": max_tokens}
-    print(json.dumps(result))
+    print(jsonline.dumps(result))
     return result
 
 
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{args.runtime}: {len(big)} rows (>= {min_tokens} tokens, {result['sources']} sources): "
           f"moe_gemm_efficiency {chosen:.2f}, median |log error| {scores[chosen]:.3f} "
           f"(at 1.0: {result['median_abs_log_error_at_1']:.3f})")
-    print(json.dumps(result))
+    print(jsonline.dumps(result))
     return result
 
 

@@ -37,13 +37,13 @@ then fitted again, as above, on the harness rows of every fit model.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 
 from simcore.serving import get_runtime
+from validation import jsonline
 from validation.measure_moe import count
 from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
 from validation.studies.serving.launch import HARNESS_LENGTHS
@@ -147,7 +147,7 @@ def _fit_moe_prefill(fit: list, args) -> dict:
         fitted[backend] = {"moe_gemm_efficiency": eff, "moe_rows": len(moe), "moe_ttft_median_abs_log_error":
                            scores[eff], "request_s": request_s, "ttft_median_abs_log_error": ttft_score,
                            "ttft_rows": ttft_rows}
-    print(json.dumps(fitted))
+    print(jsonline.dumps(fitted))
     return fitted
 
 
@@ -174,7 +174,7 @@ def _fit_moe(fit: list, args) -> dict:
         fitted[backend] = {"moe_memory_efficiency": eff, "moe_layer_s": layer_s, "request_s": request_s,
                            "median_abs_log_error": score, "rows": len(moe),
                            "ttft_median_abs_log_error": ttft_score, "ttft_rows": ttft_rows}
-    print(json.dumps(fitted))
+    print(jsonline.dumps(fitted))
     return fitted
 
 
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
                            "ttft_median_abs_log_error": ttft_score, "ttft_rows": ttft_rows}
         print(f"{backend}: step_host_s = {rt.step_host_s * 1e3:g} ms, step_host_per_seq_s = "
               f"{rt.step_host_per_seq_s * 1e6:g} us ({len(mine)} rows, median |log error| {score:.3f})")
-    print(json.dumps(fitted))
+    print(jsonline.dumps(fitted))
     return fitted
 
 

@@ -7,13 +7,18 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
 __all__ = ["strict", "dumps"]
 
 
 def strict(value):
-    """``value`` with every nan or infinite float (numpy's included) as None, containers walked."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """``value`` with every nan or infinite float (numpy's included) as None, containers and numpy
+    arrays walked."""
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.ndarray):
+        return strict(value.tolist())
     if isinstance(value, dict):
         return {k: strict(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -21,6 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from validation import jsonline
 from validation.measure_h100 import capture_graph, cuda_torch, hardware_of, source, write_rows
 
 __all__ = ["main"]
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model:<14} {row['scenario']:<8} batch {row['batch']:>4} len {row['input_len']:>5} "
                   f"{row['metric']} {row['value']:>10}", flush=True)
     write_rows(args.out, FIELDS, rows)
-    print(json.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
+    print(jsonline.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
     return 0
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import statistics
 import sys
 from pathlib import Path
 
 from simcore.apps.common import atomic_write_text
+from validation import jsonline
 
 __all__ = ["main"]
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row['kernel']:<58} {row['shape_or_size']:<40} {row['dtype']:<9} {row['value']:>12} us",
                   flush=True)
     write_rows(args.out, FIELDS, rows)
-    print(json.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
+    print(jsonline.dumps({"device": props.name, "rows": len(rows), "out": str(args.out)}))
     return 0
 
 

@@ -25,10 +25,10 @@ with care: the host CPU is the lent machine's, not a serving cluster's.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
+from validation import jsonline
 from validation.measure_h100 import capture_graph, kernel_args, source, write_rows
 
 __all__ = ["main"]
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:28s} eager {timed['eager'] * 1e6:7.2f} us  graph {timed['graph'] * 1e6:6.2f} us  "
               f"gpu {timed['gpu'] * 1e6:6.2f} us", flush=True)
     write_rows(args.out, FIELDS, rows)
-    print(json.dumps({"device": props.name, "rows": len(rows), "out": str(args.out), **figures}))
+    print(jsonline.dumps({"device": props.name, "rows": len(rows), "out": str(args.out), **figures}))
     return 0
 
 

@@ -25,12 +25,12 @@ state_bytes conv k``) that ``validation.fit_linear_attention`` reads. Ends with 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 
 from simcore.linear_attention import conv_channels
 from simcore.models import get_model
+from validation import jsonline
 from validation.measure_h100 import FIELDS, capture_graph, kernel_args, source, write_rows
 
 __all__ = ["main", "DECODE_SEQS", "PREFILL"]
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"failed: {failed[-1]}", file=sys.stderr, flush=True)
                 torch.cuda.empty_cache()
             write_rows(args.out, FIELDS, rows)  # after each degree: a run cut short keeps what it timed
-    print(json.dumps({"device": props.name, "rows": len(rows), "failed": failed, "out": str(args.out)}))
+    print(jsonline.dumps({"device": props.name, "rows": len(rows), "failed": failed, "out": str(args.out)}))
     return 0 if rows else 1
 
 

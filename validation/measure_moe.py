@@ -19,9 +19,9 @@ CUDA-event windows as :mod:`validation.measure_h100` takes them; ends with one J
 
 from __future__ import annotations
 
-import json
 import sys
 
+from validation import jsonline
 from validation.measure_h100 import FIELDS, _time_s, kernel_args, source, write_rows
 
 __all__ = ["main", "SHAPES"]
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in failed[:10]:
         print(f"skipped: {line}", file=sys.stderr)
     write_rows(args.out, FIELDS, rows)
-    print(json.dumps({"device": props.name, "rows": len(rows), "failed": len(failed), "out": str(args.out)}))
+    print(jsonline.dumps({"device": props.name, "rows": len(rows), "failed": len(failed), "out": str(args.out)}))
     return 0
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from simcore.apps.common import atomic_write_text
+from validation import jsonline
 
 __all__ = ["SCENARIOS", "MORE", "TARGET", "regret", "run_scenario", "main"]
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "simulated_of_pool": {r["scenario"]: r["simulated"] for r in rows},
                 "above_target_before": [r["scenario"] for r in rows if r["regret_before"] > TARGET],
                 "above_target_after": [r["scenario"] for r in rows if r["regret_after"] > TARGET]}
-    print(json.dumps(headline))
+    print(jsonline.dumps(headline))
     return headline
 
 

@@ -19,7 +19,6 @@ capacity x time) and the uplink imbalance (busiest over mean bytes). Ends with o
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
@@ -30,6 +29,7 @@ from simcore.collectives.flows import run_collective
 from simcore.collectives.pipeline import nccl_link_efficiency
 from simcore.network import FlowNetwork
 from topologies import gpu_nodes, ib_fattree
+from validation import jsonline
 
 __all__ = ["WORKLOADS", "run_workload", "study", "main"]
 
@@ -107,7 +107,7 @@ def main() -> list[dict[str, object]]:
               f"{r['ecmp_max_util']:5.2f}/{r['adaptive_max_util']:<5.2f} "
               f"{r['ecmp_imbalance']:7.2f}/{r['adaptive_imbalance']:<6.2f}")
     print(f"wall {time.perf_counter() - start:.1f} s")
-    print(json.dumps([{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows],
+    print(jsonline.dumps([{k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows],
                      separators=(",", ":")))
     return rows
 

@@ -28,7 +28,6 @@ PPO's elite prior and five elite records, not the paper's defaults of the schema
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass, replace
 
@@ -42,6 +41,7 @@ from simcore.models import get_model
 from simcore.serving import RUNTIMES, LengthDist, ServingConfig, simulate_serving
 from simcore.workload import Workload
 from topologies import build_topology
+from validation import jsonline
 from validation.scenarios import planner_config
 
 __all__ = ["CASES", "DEFAULT_CASES", "Case", "compare", "methods_table", "main"]
@@ -245,11 +245,11 @@ def main(argv=None) -> dict:
         ap.error(f"--budget must be >= 1, got {args.budget}")
     if args.methods_on:
         table = methods_table(args.methods_on, args.budget, args.seeds, args.pool_seeds)
-        print(json.dumps({k: v for k, v in table.items()}))
+        print(jsonline.dumps({k: v for k, v in table.items()}))
         return table
     if args.screen:
         rows = [row for name in args.cases for row in screen_table(name)]
-        print(json.dumps({"screen": rows}))
+        print(jsonline.dumps({"screen": rows}))
         return {"screen": rows}
     conc = {k: int(v) for k, v in (s.split("=") for s in args.concurrency)}
     results = {}
@@ -270,7 +270,7 @@ def main(argv=None) -> dict:
                 "agg_plan": v.get("agg", {}).get("search", {}).get("plan"),
                 "disagg_plan": v.get("disagg", {}).get("search", {}).get("plan")}
             for k, v in results.items()}
-    print(json.dumps(line))
+    print(jsonline.dumps(line))
     return results
 
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import re
 import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from simcore.serving import get_runtime
+from validation import jsonline
 from validation.studies.serving import duplicates, load_cases, simulate_case
 from validation.studies.serving.launch import HARNESS_LENGTHS, deepseek_trtllm_mtp_flags
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{key:20s} rows {len(es):3d}  median |TPOT err| {summary[key]['tpot_median_abs']:.3f}  "
               f"|TTFT err| {summary[key]['ttft_median_abs']:.3f}")
     summary["published_speedups"] = _published(PUBLISHED)
-    print(json.dumps(summary))
+    print(jsonline.dumps(summary))
     return summary
 
 

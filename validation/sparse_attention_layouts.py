@@ -12,7 +12,6 @@ case and ends with one JSON line ``{layout: {model: {"ttft_s", "tpot_s"}}}``.
 from __future__ import annotations
 
 import argparse
-import json
 
 from simcore.cluster import Cluster
 from simcore.lowering import CostContext
@@ -20,6 +19,7 @@ from simcore.models import get_model
 from simcore.serving import LengthDist, ServingConfig, ServingPlan, simulate_serving
 from simcore.strategy import megatron_strategy
 from simcore.workload import Workload
+from validation import jsonline
 from validation.measure_moe import count
 
 __all__ = ["main", "LAYOUTS"]
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
             out.setdefault(layout, {})[name] = {"ttft_s": round(m.ttft_s["mean"], 4), "tpot_s": round(m.tpot_s["mean"], 5)}
             print(f"{layout:18s} {name:14s} TTFT {m.ttft_s['mean']:8.2f} s  TPOT {m.tpot_s['mean'] * 1e3:7.1f} ms",
                   flush=True)
-    print(json.dumps(out))
+    print(jsonline.dumps(out))
     return out
 
 

@@ -7,10 +7,9 @@ fabric (``ib`` / ``efa`` / ``roce``), with the median |error| the project's targ
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
+from validation import jsonline
 from validation.studies.common import split_kind
 
 __all__ = ["BANDS", "MIB", "band_of", "stats", "summarize", "print_summary"]
@@ -79,4 +78,4 @@ def print_summary(summary: dict) -> None:
     for key, s in summary.get("groups", {}).items():
         split, rest = key.split("/", 1)
         print(_line(f"[{split}] {rest}", s))
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("groups", "harnesses")}))
+    print(jsonline.dumps({k: v for k, v in summary.items() if k not in ("groups", "harnesses")}))

@@ -27,9 +27,9 @@ Run: ``python -m validation.studies.fidelity [--quick] [--scenarios a b] [--stra
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
+from validation import jsonline
 from validation.scenarios import scenario_context
 
 from .report import write_outputs
@@ -94,5 +94,5 @@ def main(argv: list[str] | None = None) -> dict:
     names = [n for part in args.scenarios or [] for n in part.split(",") if n]
     summary = run(args.out, names or None, args.strategies, args.seed, args.quick, args.large_strategies,
                   args.search_budget, args.workers, measured=not args.no_measured)
-    print(json.dumps(summary["headline"]))
+    print(jsonline.dumps(summary["headline"]))
     return summary

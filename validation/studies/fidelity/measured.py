@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from validation import jsonline
 from validation.split import split_of
 from validation.studies.common import atomic_write_text, write_csv
 
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--report", help="report.md to put the section in (default OUT/report.md)")
     args = parser.parse_args(argv)
     summary = run(args.out, args.quick, args.report)
-    print(json.dumps(summary["headline"]))
+    print(jsonline.dumps(summary["headline"]))
     return summary
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants
+from validation import jsonline
 
 from .model import error, evaluate
 from .rows import MoeCase, load_cases
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"max {s['max_abs_error']:.1%}")
     out = {"fitted": {k: getattr(fitted, k) for k in FITTED}, "rows_skipped": len(skipped),
            "fit": summary["by_split"].get("fit"), "test": summary["by_split"].get("test")}
-    print(json.dumps(out))
+    print(jsonline.dumps(out))
     return out
 
 

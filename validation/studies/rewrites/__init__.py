@@ -22,9 +22,10 @@ nodes as one replica needs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
+
+from validation import jsonline
 
 from .cases import run_job
 from .plans import TOPOLOGIES, Grid, base_plans, fit_plan
@@ -95,5 +96,5 @@ def main(argv: list[str] | None = None) -> dict:
     scenarios = args.scenarios.split(",") if args.scenarios else None
     summary = run(args.out, scenarios, quick=args.quick, workers=args.workers)
     print_summary(summary)
-    print(json.dumps(headline(summary), default=str))
+    print(jsonline.dumps(headline(summary), default=str))
     return summary
