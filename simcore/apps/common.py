@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from .. import jsonline
 
 __all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
            "check_known_keys"]
@@ -136,7 +137,7 @@ def atomic_save_figure(fig, path: str | os.PathLike, **savefig_kw) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike, data) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=2, default=_jsonable) + "\n")
+    return atomic_write_text(path, jsonline.dumps(data, indent=2, default=_jsonable) + "\n")
 
 
 def _jsonable(value):
