@@ -34,3 +34,16 @@ def test_every_tool_prints_its_figures_through_jsonline():
     root = Path(__file__).resolve().parents[1] / "validation"
     offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "print(json.dumps(" in p.read_text()]
     assert offenders == []
+
+
+def test_the_apps_result_files_are_strict_json(tmp_path):
+    """``atomic_write_json`` (every app's results.json / summary.json / result.json) writes null for a
+    figure with no value, and still turns numpy scalars and arrays into JSON."""
+    from simcore.apps.common import atomic_write_json
+
+    path = atomic_write_json(tmp_path / "r.json", {"reranked": math.nan, "n": np.int64(3), "v": np.array([0.5, np.inf])})
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    assert json.loads(path.read_text(), parse_constant=refuse) == {"reranked": None, "n": 3, "v": [0.5, None]}
