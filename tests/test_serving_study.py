@@ -322,6 +322,56 @@ def test_qwen35_on_sglang_keeps_the_recurrent_state_in_the_dtype_its_launch_sets
     assert launch_model_fields("vllm", harness.model, 1024, 1024) == {}
 
 
+def _harness_row(system: str, **kw) -> dict:
+    return _row(**{"system": system, "isl": 1024, "osl": 8192, "batch_size": 64, "attention_dp_size": 1,
+                   "silicon_data_source": "x; silicon_concurrency=64", **kw})
+
+
+def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
+    """InferenceX launches H100 runs with ``*_h100.sh``: MiniMax-M2.5 on vLLM at 0.90 of the GPU's memory
+    (0.95 on H200), gpt-oss on vLLM as on H200; for a runtime and model with no H100 script (DeepSeek on
+    SGLang or TensorRT-LLM, gpt-oss on TensorRT-LLM, GLM-5, Qwen3.5) no H200 flag carries over."""
+    from validation.studies.serving.launch import launch_flags, launch_model_fields, requests_per_client
+
+    def launch(system, **kw):
+        case = map_row(_harness_row(system, **kw))
+        assert not case.skip, case.skip
+        return case
+
+    minimax = {"model_path": "MiniMaxAI/MiniMax-M2.5", "backend_version": "0.16.0", "tp_size": 4, "moe_tp_size": 4,
+               "moe_ep_size": 1}
+    assert launch("h200_sxm", **minimax).launch == {"mem_fraction": 0.95}
+    assert launch("h100_sxm", **minimax).launch == {"mem_fraction": 0.90}
+    gpt_oss = {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "tp_size": 2, "moe_tp_size": 2,
+               "moe_ep_size": 1}
+    assert launch("h100_sxm", **gpt_oss).launch == launch("h200_sxm", **gpt_oss).launch != {}
+    assert launch("h100_sxm", **gpt_oss, backend="trtllm").launch == {}
+    assert launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4, system="h200_sxm") != {}
+    for backend in ("sglang", "trtllm"):
+        assert launch_flags(backend, "deepseek-r1", 1024, 1024, 16, system="h200_sxm") != {}
+        assert launch_flags(backend, "deepseek-r1", 1024, 1024, 16, system="h100_sxm") == {}
+    assert launch_model_fields("sglang", "qwen3.5-397b-a17b", 1024, 1024, "h200_sxm") == {"linear_state_bytes": 2}
+    assert launch_model_fields("sglang", "qwen3.5-397b-a17b", 1024, 1024, "h100_sxm") == {}
+    assert requests_per_client("sglang", "glm-5", 1024, 1024, "h200_sxm") == 5
+    assert requests_per_client("sglang", "glm-5", 1024, 1024, "h100_sxm") == 10
+    # a system none of the harness's scripts names keeps the defaults
+    assert launch_flags("vllm", "gpt-oss-120b", 1024, 1024, 4, system="b200_sxm") == {}
+
+
+def test_the_h100_memory_share_changes_what_minimax_holds():
+    """The flag is not inert: 0.90 of an 80 GB H100 leaves MiniMax-M2.5 on 4 GPUs a smaller KV cache than 0.95."""
+    from simcore.serving import get_runtime
+    from simcore.serving.kvcache import kv_capacity_tokens
+
+    case = map_row(_harness_row("h100_sxm", model_path="MiniMaxAI/MiniMax-M2.5", backend_version="0.16.0",
+                                tp_size=4, moe_tp_size=4, moe_ep_size=1))
+    strategy = case.plan.pool.strategy
+    runtime = get_runtime(case.runtime)
+    held = kv_capacity_tokens(case.ctx, strategy, runtime.with_overrides(**case.launch))
+    more = kv_capacity_tokens(case.ctx, strategy, runtime.with_overrides(mem_fraction=0.95))
+    assert 0 < held < more
+
+
 @pytest.mark.parametrize(("model", "backend", "layout"), [
     ("nvidia/Llama-3.3-70B-Instruct-FP8", "trtllm", {"tp_size": 4}),
     ("Qwen/Qwen3-32B", "sglang", {"tp_size": 2}),

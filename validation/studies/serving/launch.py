@@ -49,6 +49,22 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   ``--gpu-memory-utilization 0.95``; the token budget is vLLM's default (a later MiniMax script raises
   it with the concurrency; which copy ran a row is not recorded, so the default stays).
 
+The entries above are InferenceX's H200 scripts. An H100 row (``system`` ``h100_sxm``) ran that system's
+own script (its runners, ``runners/launch_h100-*.sh``, start ``${model}_${precision}_h100.sh``), and
+InferenceX's configs (``.github/configs/nvidia-master.yaml``, the older ``master.yaml``) run three
+single-node H100 benchmarks, all on vLLM:
+
+- gpt-oss-120b (``gptoss_fp4_h100.sh``): the H200 script's token budget, capture size and memory share.
+- MiniMax-M2.5 (``minimaxm2.5_fp8_h100.sh``): ``--gpu-memory-utilization 0.90``, where the H200 script
+  passes 0.95 (its ``--max-num-seqs 256`` is above the sweep's 64 clients; its ``cudagraph_mode:
+  PIECEWISE``, attention outside the graphs, is not modelled).
+- Llama-3.3-70B (``70b_fp8_h100_slurm.sh``): nothing this module models, as on H200.
+
+InferenceX has no single-node H100 script for the others (DeepSeek-R1 on SGLang or TensorRT-LLM, gpt-oss and
+Llama-70B on TensorRT-LLM, Kimi-K2.5, GLM-5, Qwen3.5's nightly sweep); its H100 DeepSeek runs are multi-node
+Dynamo deployments whose recipes live in another repository. So such a row, like a row of any other system,
+keeps the profiles' defaults: a flag applies only where the script that ran the row sets it.
+
 Rows at other lengths (aiconfigurator's own sweeps: ISL 1000-8000, OSL 100-2000) keep the profiles'
 defaults. These are launch settings read from the harness, not fitted values.
 """
@@ -57,11 +73,16 @@ from __future__ import annotations
 
 from simcore.serving import get_runtime
 
-__all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS", "REQUESTS_PER_CLIENT",
-           "TRITON_MOE_FIELDS"]
+__all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS",
+           "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT", "TRITON_MOE_FIELDS"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
 HARNESS_LENGTHS = (1024, 8192)
+#: the systems whose InferenceX scripts this module reads (module doc): H200, then H100
+HARNESS_SYSTEMS = ("h200_sxm", "h100_sxm")
+#: gptoss_fp4_h200.sh and gptoss_fp4_h100.sh alike: ``--max-num-batched-tokens 8192``,
+#: ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``
+_GPT_OSS_VLLM = {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
 #: requests each closed-loop client sends: InferenceX's ``--num-prompts`` is 10 x the concurrency
 REQUESTS_PER_CLIENT = 10
 #: The runtime-profile fields that price the MoE block's kernels: a launch that picks the Triton MoE
@@ -78,11 +99,19 @@ def _round_up(value: int, step: int) -> int:
     return -(-value // step) * step
 
 
-def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int, tp: int = 1) -> dict:
+def _harness_run(isl: int, osl: int, system: str) -> bool:
+    """Whether a row at these lengths on this system is one of the InferenceX runs this module reads."""
+    return isl in HARNESS_LENGTHS and osl in HARNESS_LENGTHS and system in HARNESS_SYSTEMS
+
+
+def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int, tp: int = 1,
+                 system: str = "h200_sxm") -> dict:
     """Runtime-profile fields the harness's launch sets for this row (empty: the profile's defaults);
-    ``tp``: the row's tensor-parallel degree."""
-    if isl not in HARNESS_LENGTHS or osl not in HARNESS_LENGTHS:
+    ``tp``: the row's tensor-parallel degree; ``system``: the row's, whose own script ran it (module doc)."""
+    if not _harness_run(isl, osl, system):
         return {}
+    if system == "h100_sxm":
+        return _h100_flags(backend, preset)
     deepseek = preset.startswith("deepseek-")
     if backend == "sglang" and deepseek:
         return {"max_num_batched_tokens": 32768, "graph_max_tokens": 512 if (isl, osl) == (1024, 1024) else 256,
@@ -92,7 +121,7 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
                 "mem_fraction": 0.75, "attention_dp_balance": True, "attention_dp_timeout_iters": 60,
                 "attention_dp_batching_wait_iters": 0}
     if backend == "vllm" and preset.startswith("gpt-oss"):
-        return {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
+        return dict(_GPT_OSS_VLLM)
     if backend == "trtllm" and preset.startswith("gpt-oss"):
         return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85,
                 **_triton_moe()}
@@ -110,10 +139,21 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
     return {}
 
 
-def launch_model_fields(backend: str, preset: str, isl: int, osl: int) -> dict:
+def _h100_flags(backend: str, preset: str) -> dict:
+    """What InferenceX's single-node H100 scripts set (module doc); nothing for a runtime and model it has
+    no H100 script for."""
+    if backend == "vllm" and preset.startswith("gpt-oss"):
+        return dict(_GPT_OSS_VLLM)
+    if backend == "vllm" and preset.startswith("minimax"):
+        return {"mem_fraction": 0.90}
+    return {}
+
+
+def launch_model_fields(backend: str, preset: str, isl: int, osl: int, system: str = "h200_sxm") -> dict:
     """Model fields (``ModelSpec``) the harness's launch sets for this row, beside the runtime's: the
-    serving engine's dtype for a state the config gives another (empty: the config's)."""
-    if isl not in HARNESS_LENGTHS or osl not in HARNESS_LENGTHS:
+    serving engine's dtype for a state the config gives another (empty: the config's). H200 scripts only:
+    no H100 script runs Qwen3.5's sweep (module doc)."""
+    if not _harness_run(isl, osl, system) or system != "h200_sxm":
         return {}
     if backend == "sglang" and preset.startswith("qwen3.5"):
         return {"linear_state_bytes": 2}  # --mamba-ssm-dtype bfloat16
@@ -132,9 +172,9 @@ def deepseek_trtllm_mtp_flags(concurrency: int, isl: int, tp: int, attention_dp:
     return {"spec_tokens": mtp, "max_num_batched_tokens": _round_up((mtp + 1) * per_rank + isl + 64, 64)}
 
 
-def requests_per_client(backend: str, preset: str, isl: int, osl: int) -> int:
+def requests_per_client(backend: str, preset: str, isl: int, osl: int, system: str = "h200_sxm") -> int:
     """Requests each client of the row's run sends (module doc): :data:`REQUESTS_PER_CLIENT`, 5 for
-    InferenceX's GLM-5 runs on SGLang."""
-    if isl in HARNESS_LENGTHS and osl in HARNESS_LENGTHS and backend == "sglang" and preset.startswith("glm-5"):
+    InferenceX's GLM-5 runs on SGLang (``glm5_fp8_h200.sh``; no H100 script runs GLM-5)."""
+    if _harness_run(isl, osl, system) and system == "h200_sxm" and backend == "sglang" and preset.startswith("glm-5"):
         return 5
     return REQUESTS_PER_CLIENT

@@ -295,10 +295,11 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
     plan = ServingPlan("agg", pool=pools[0]) if len(pools) == 1 else ServingPlan.disaggregated(*pools)
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
-    case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency,
-                               tp=pools[0].strategy.tp) | version_fields(case.row, model.is_moe, workload.precision)
-    case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl)
-    model = replace(model, **launch_model_fields(backend, preset, case.isl, case.osl))
+    system = (case.row.get("system") or "").strip()
+    case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency, tp=pools[0].strategy.tp,
+                               system=system) | version_fields(case.row, model.is_moe, workload.precision)
+    case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl, system)
+    model = replace(model, **launch_model_fields(backend, preset, case.isl, case.osl, system))
     routing = RoutingConfig(sampled=True) if model.is_moe else None  # module doc: the busiest expert rank
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS),
                            routing=routing)
