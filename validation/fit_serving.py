@@ -1,11 +1,13 @@
 """Fit each serving runtime's host time per step on the fit set of the measured serving runs.
 
 ``python -m validation.fit_serving [--data CSV] [--rows N]``: for each runtime profile (vLLM sync and
-overlapped, SGLang, TensorRT-LLM; a profile with no fit rows is left as it is), three physical
+overlapped, SGLang, TensorRT-LLM; a profile with no fit rows is left as it is), its physical host
 parameters: its host time per step (``RuntimeProfile.step_host_s``,
 fixed: scheduling and launch bookkeeping; ``step_host_per_seq_s``, per running sequence: its inputs,
-sampling bookkeeping, detokenizing and streaming) and its small all-reduce kernel's fixed latency
-(``custom_ar_s``), are chosen on grids, one after the other twice (coordinate descent), to minimise the median of ``|log(simulated / measured)|`` of the mean TPOT
+sampling bookkeeping, detokenizing and streaming) and, for TensorRT-LLM only, its small all-reduce kernel's
+fixed latency (``custom_ar_s``, which it takes for one-shot and two-shot alike: no published timing of
+its fused kernel; vLLM's and SGLang's two latencies are fitted on their kernels' published timings by
+``python -m validation.fit_custom_allreduce``), are chosen on grids, one after the other twice (coordinate descent), to minimise the median of ``|log(simulated / measured)|`` of the mean TPOT
 of that backend's fit-set rows (the host time per step sets TPOT; TTFT is mostly queueing) (the models of :data:`validation.studies.serving.FIT_MODELS`; at most
 ``--rows`` of them, spread evenly). Test-set rows are refused: the fit never sees them. Prints the chosen
 values (copy them into ``simcore/serving/runtime.py``) and ends with one JSON line.
@@ -59,6 +61,17 @@ GRID_MOE_LAYER_S = (0.0, 25e-6, 50e-6, 75e-6, 100e-6, 125e-6, 150e-6)
 GRID_MOE_GEMM_EFFICIENCY = (0.7, 0.5, 0.35, 0.25, 0.18, 0.12)
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 _RUNTIMES = ("vllm-sync", "vllm", "sglang", "trtllm")
+
+
+def _host_grids(backend: str) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    """The host constants fitted for a runtime (module doc): the all-reduce latency for TensorRT-LLM only."""
+    grids = (("step_host_s", GRID_S), ("step_host_per_seq_s", GRID_PER_SEQ_S))
+    return grids + ((("custom_ar_s", GRID_CUSTOM_AR_S),) if backend == "trtllm" else ())
+
+
+def _host_field(field: str, value: float) -> dict:
+    """One grid value as profile fields: TensorRT-LLM's one all-reduce latency sets both of its kernels."""
+    return {field: value} | ({"two_shot_ar_s": value} if field == "custom_ar_s" else {})
 
 
 def _score(cases, runtime) -> float:
@@ -213,11 +226,10 @@ def main(argv: list[str] | None = None) -> dict:
         mine = _spread(mine, args.rows)
         score = _score(mine, rt) if args.only_request else math.inf
         for _ in range(0 if args.only_request else 2):
-            for field, grid in (("step_host_s", GRID_S), ("step_host_per_seq_s", GRID_PER_SEQ_S),
-                                ("custom_ar_s", GRID_CUSTOM_AR_S)):
-                scores = {v: _score(mine, rt.with_overrides(**{field: v})) for v in grid}
+            for field, grid in _host_grids(backend):
+                scores = {v: _score(mine, rt.with_overrides(**_host_field(field, v))) for v in grid}
                 best = min(scores, key=scores.get)
-                rt, score = rt.with_overrides(**{field: best}), scores[best]
+                rt, score = rt.with_overrides(**_host_field(field, best)), scores[best]
                 print(f"{backend:7s} {field:20s} " + "  ".join(f"{v * 1e3:g}ms:{e:.3f}" for v, e in scores.items()),
                       flush=True)
         fitted[backend] = {"step_host_s": rt.step_host_s, "step_host_per_seq_s": rt.step_host_per_seq_s,

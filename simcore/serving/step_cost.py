@@ -41,7 +41,17 @@ from ..strategy import Strategy
 from .plan import check_expert_layout
 from .requests import ServingInputError
 
-__all__ = ["GroupBatch", "StepCost"]
+__all__ = ["GroupBatch", "StepCost", "custom_all_reduce_time_s"]
+
+
+def custom_all_reduce_time_s(n: int, size_bytes: float, gpu, one_shot_s: float, two_shot_s: float) -> float:
+    """A runtime's own all-reduce of ``size_bytes`` over ``n`` GPUs of one NVLink domain: the faster of
+    one-shot (``one_shot_s`` plus ``(n - 1)`` buffers read over NVLink) and two-shot (``two_shot_s`` plus
+    ``2 (n - 1) / n`` of the buffer moved), at NVLink's bandwidth and the collectives' NVLink efficiency.
+    The one pricing :meth:`StepCost.custom_all_reduce_s` uses and ``python -m validation.fit_custom_allreduce``
+    fits its two latencies with."""
+    bw = gpu.nvlink_bandwidth_bytes_per_s * DEFAULT.nvlink_efficiency
+    return min(one_shot_s + (n - 1) * size_bytes / bw, two_shot_s + 2.0 * (n - 1) / n * size_bytes / bw)
 
 
 @dataclass
@@ -222,15 +232,13 @@ class StepCost:
 
     def custom_all_reduce_s(self, size_bytes: float) -> float:
         """The serving runtimes' all-reduce for small messages inside an NVLink domain (vLLM's and
-        SGLang's ``custom_all_reduce``, TensorRT-LLM's one-shot/two-shot ``AllReduce``): one-shot, each
-        GPU reads its ``n - 1`` peers' buffers over NVLink; two-shot, a reduce-scatter then an
-        all-gather, each moving ``(n - 1) / n`` of the buffer; whichever is faster, plus the kernel's
-        fixed latency ``runtime.custom_ar_s`` (a few barrier flag exchanges over NVLink)."""
-        n = self.strategy.tp
-        bw = self.gpu.nvlink_bandwidth_bytes_per_s * DEFAULT.nvlink_efficiency
-        one_shot = (n - 1) * size_bytes / bw
-        two_shot = 2.0 * (n - 1) / n * size_bytes / bw
-        return self.runtime.custom_ar_s + min(one_shot, two_shot)
+        SGLang's ``custom_all_reduce`` and symmetric-memory all-reduce, TensorRT-LLM's one-shot/two-shot
+        ``AllReduce``): one-shot, each GPU reads its ``n - 1`` peers' buffers over NVLink after one barrier
+        (fixed latency ``runtime.custom_ar_s``); two-shot (or NVLink-SHARP multimem), a reduce-scatter
+        then an all-gather, each moving ``(n - 1) / n`` of the buffer, behind a barrier each
+        (``runtime.two_shot_ar_s``); whichever is faster (:func:`custom_all_reduce_time_s`)."""
+        return custom_all_reduce_time_s(self.strategy.tp, size_bytes, self.gpu, self.runtime.custom_ar_s,
+                                        self.runtime.two_shot_ar_s)
 
     # ------------------------------------------------------------------ attention
     def attention_s(self, group: GroupBatch) -> float:
