@@ -35,9 +35,13 @@ A profile holds few physical numbers, each with its source:
   ``multimem`` (a reduce-scatter and an all-gather, a barrier each) behind ``two_shot_ar_s``, whichever is
   faster (:func:`simcore.serving.step_cost.custom_all_reduce_time_s`). vLLM's and SGLang's two latencies,
   6 and 12 us, are fitted on published H100 timings of these kernels (``python -m
-  validation.fit_custom_allreduce``), not on serving rows; TensorRT-LLM's kernel (its one-shot and two-shot
-  ``AllReduce`` fused with the residual add and RMSNorm) has no published timing here, so its one latency
-  for both stays fitted on its serving rows by ``fit_serving`` (14 us).
+  validation.fit_custom_allreduce``), not on serving rows. TensorRT-LLM runs its own one-shot and two-shot
+  ``AllReduce``, fused with the residual add and RMSNorm; the fit's SGLang source timed that kernel family
+  (SGLang's custom all-reduce was TensorRT-LLM's, ported, from sgl-project/sglang PR #2511 until PR #5079),
+  but TensorRT-LLM's serving fit rows score worse with the measured latencies (median |TPOT error| 5.5% at
+  its fitted 14 us for both, 6.3% at 6 / 12 us, 7.3% and 7.5% with its MoE time or per-sequence host time then
+  raised; ``python -m validation.score_serving --backend trtllm --mode agg``, in sample), so its one
+  latency stays a fitted knob (``fit_serving``), an open question.
 - ``mixed_batches``: prefill chunks and decodes share a step (vLLM v1 chunked prefill, TensorRT-LLM
   in-flight batching); SGLang's default runs prefill and decode in separate steps
   (``--enable-mixed-chunk`` off), prefill first.
@@ -371,7 +375,7 @@ class RuntimeProfile:
 # --set step_host_s=...`, in sample): 4 ms -> 3 ms, median |TPOT error| 9.7% (old all-reduce, 4 ms) -> 9.1%
 # (11.7% at 4 ms, 10.7% at 2.5 ms; 9.8% at 3 ms without the per-sequence 10 us). SGLang's 85 aggregated fit rows
 # score 14.1% -> 14.4% with its host constants as they were (30 us per sequence: 15.8%); they stay.
-# TensorRT-LLM keeps its fitted 14 us for both kernels (module doc).
+# TensorRT-LLM keeps its fitted 14 us for both kernels: its fit rows prefer it (module doc).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=3.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
