@@ -83,6 +83,7 @@ def test_the_shipped_latencies_are_what_the_fit_chooses_on_the_shipped_timings()
     ([["x", "H100", "eight", "k", "yes", 1024, 5, "", "fit"]], "line 2: world_size, size_bytes and time_us"),
     ([["x", "H100", 1, "k", "yes", 1024, 5, "", "fit"]], "line 2: world_size must be >= 2"),
     ([["x", "H100", 8, "k", "yes", 1024, 5, "", "test"]], "no fit rows"),  # test rows are scored, never fitted
+    ([["x", "H100", 8, "k", "yes", 1024, 5, "", "maybe"]], "line 2: split 'maybe' is not one of fit, test"),
 ])
 def test_bad_rows_and_test_rows_are_one_line_errors(tmp_path, capsys, rows, message):
     path = _write(tmp_path / "bad.csv", rows)

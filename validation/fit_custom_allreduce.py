@@ -75,6 +75,10 @@ def load_points(path: Path) -> list[dict]:
             n, size, t = int(r["world_size"]), float(r["size_bytes"]), float(r["time_us"]) * 1e-6
         except ValueError:
             raise BadInput(f"--data: {path} line {i}: world_size, size_bytes and time_us must be numbers") from None
+        try:
+            split = split_of(r)
+        except ValueError as exc:
+            raise BadInput(f"--data: {path} line {i}: {exc}") from None
         if n < 2 or size <= 0 or t <= 0:
             raise BadInput(f"--data: {path} line {i}: world_size must be >= 2, size_bytes and time_us > 0")
         if size > MAX_BYTES:
@@ -82,7 +86,7 @@ def load_points(path: Path) -> list[dict]:
         key = (r["source_url"], n, size)
         if key not in best or t < best[key]["time_s"]:
             best[key] = {"source_url": r["source_url"], "n": n, "size_bytes": size, "time_s": t,
-                         "implementation": r["implementation"], "split": split_of(r), "line": i}
+                         "implementation": r["implementation"], "split": split, "line": i}
     return list(best.values())
 
 
