@@ -293,17 +293,35 @@ def test_the_harness_launch_flags_apply_to_its_own_lengths_only():
 
 
 def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_kernel_constants():
-    """gptoss_fp4_h200_trt.sh sets ``moe_config.backend: TRITON``: the MoE block takes profile vllm's
-    Triton-kernel constants; DeepSeek's script keeps CUTLASS and TensorRT-LLM's own constants."""
+    """gptoss_fp4_h200_trt.sh sets ``moe_config.backend: TRITON``: the MoE block takes the Triton kernels'
+    constants fitted on their published timings (the prefill-size pair profile vllm holds, the decode-size
+    pair of ``fit_moe_kernels --decode``), not vLLM's serving-fitted decode pair; DeepSeek's script keeps
+    CUTLASS and TensorRT-LLM's own constants."""
     from simcore.serving import get_runtime
-    from validation.studies.serving.launch import TRITON_MOE_FIELDS, launch_flags
+    from validation.studies.serving.launch import TRITON_FUSED_MOE_DECODE, TRITON_MOE_FIELDS, launch_flags
 
     vllm, trt = get_runtime("vllm"), get_runtime("trtllm")
     flags = launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4)
-    assert {f: flags[f] for f in TRITON_MOE_FIELDS} == {f: getattr(vllm, f) for f in TRITON_MOE_FIELDS}
+    assert {f: flags[f] for f in ("moe_gemm_efficiency", "moe_fp8_at_bf16_rate")} == {
+        "moe_gemm_efficiency": vllm.moe_gemm_efficiency, "moe_fp8_at_bf16_rate": vllm.moe_fp8_at_bf16_rate}
+    assert {f: flags[f] for f in ("moe_memory_efficiency", "moe_layer_s")} == TRITON_FUSED_MOE_DECODE
+    assert set(TRITON_MOE_FIELDS) <= set(flags)
     assert trt.moe_gemm_efficiency != vllm.moe_gemm_efficiency  # so the flag changes the model
+    assert (vllm.moe_memory_efficiency, vllm.moe_layer_s) != tuple(TRITON_FUSED_MOE_DECODE.values())
     assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "deepseek-r1", 1024, 1024, 16))
     assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "gpt-oss-120b", 1000, 1000, 16))
+
+
+def test_the_triton_decode_constants_are_what_the_kernel_fit_chooses_on_the_shipped_timings():
+    """TRITON_FUSED_MOE_DECODE is the grid point ``python -m validation.fit_moe_kernels --decode`` picks on
+    the shipped fused_moe timings (fit rows only, <= 64 tokens): change the data and this fails."""
+    from validation import fit_moe_kernels
+    from validation.studies.serving.launch import TRITON_FUSED_MOE_DECODE
+
+    rows = [r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] <= 64]
+    fit = fit_moe_kernels.fit_decode(rows)
+    assert {f: fit[f] for f in TRITON_FUSED_MOE_DECODE} == pytest.approx(TRITON_FUSED_MOE_DECODE, abs=1e-12)
+    assert fit["median_abs_log_error"] < 0.1
 
 
 def test_qwen35_on_sglang_keeps_the_recurrent_state_in_the_dtype_its_launch_sets():
