@@ -11,6 +11,7 @@ from planner.serving import ServingEvaluator, method_config, run_method
 from planner.serving.poolwise import (
     DecodeScreen,
     PrefillOption,
+    aggregated_seeds,
     closed_loop_ttft,
     first_wave_ttft,
     pool_seeds,
@@ -150,6 +151,46 @@ def test_warm_start_adds_the_seeds_within_an_eighth_of_the_budget():
     assert ev.sims == heuristic
     with pytest.raises(ValueError, match="pool_seeds"):
         ServingEvaluator(ctx, space, cfg, budget=8, pool_seeds=-1)
+
+
+def test_aggregated_seeds_are_the_screened_decode_layouts_filling_the_cluster():
+    """One aggregated plan per distinct decode layout of the screened plans, in their order, with that
+    pool's max_num_seqs and as many workers as the cluster holds; none without aggregated plans."""
+    _, cfg, space = _case()
+    screened = screen_plans(space, cfg, 4)
+    seeds = aggregated_seeds(space, screened, 4)
+    layouts = list(dict.fromkeys((s.plan.decode.strategy.tp, s.plan.decode.strategy.ep, s.plan.decode.strategy.pp)
+                                 for s in screened))
+    assert 1 <= len(seeds) == len(layouts)
+    assert space.inside(np.array(seeds)).all()
+    for action, lay in zip(seeds, layouts, strict=True):
+        plan = space.plan(action)
+        st = plan.pool.strategy
+        assert plan.mode == "agg" and (st.tp, st.ep, st.pp) == lay
+        gpus = st.tp * st.ep * st.pp
+        assert plan.pool.workers == max(w for w in space.heads[4].values if w * gpus <= space.num_gpus)
+        first = next(s for s in screened if (s.plan.decode.strategy.tp, s.plan.decode.strategy.ep,
+                                             s.plan.decode.strategy.pp) == lay)
+        assert plan.pool.max_num_seqs == first.plan.decode.max_num_seqs
+    assert [a.tolist() for a in aggregated_seeds(space, screened, 1)] == [seeds[0].tolist()]
+    assert aggregated_seeds(space, screened, 0) == []
+    _, cfg, disagg_only = _case(modes=("disagg",))
+    assert aggregated_seeds(disagg_only, screen_plans(disagg_only, cfg, 4), 4) == []
+
+
+def test_warm_start_adds_the_aggregated_seeds_in_what_the_eighth_leaves():
+    """At a budget of 64 the eighth holds 8 seeds: the 4 disaggregated ones, then their aggregated
+    counterparts; each simulated once beside the Megatron-style plans."""
+    ctx, cfg, space = _case()
+    screened = screen_plans(space, cfg, 4)
+    agg = aggregated_seeds(space, screened, 8 - len(screened))
+    assert agg
+    ev = ServingEvaluator(ctx, space, cfg, budget=64, pool_seeds=4)
+    run_method("poolwise", ev, method_config(), 0)
+    expected = {tuple(int(x) for x in a) for a in list(space.megatron()) + [s.action for s in screened] + agg}
+    assert ev.sims == len(expected)
+    simulated = {tuple(int(x) for x in space.action_of(r.plan)) for r in ev.records.values()}
+    assert {tuple(int(x) for x in a) for a in agg} <= simulated
 
 
 def test_open_arrivals_fill_what_the_decode_worker_holds():

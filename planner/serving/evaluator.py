@@ -32,7 +32,7 @@ import numpy as np
 from simcore.serving import ServingConfig, ServingPlan, ServingResult, simulate_serving
 
 from ..evaluator import Outcome
-from .poolwise import pool_seeds
+from .poolwise import aggregated_seeds, screen_plans
 from .space import ServingSpace
 
 __all__ = ["ServingEvaluator", "Record", "slo_miss"]
@@ -180,12 +180,16 @@ class ServingEvaluator:
 
     def warm_start(self, seeds: bool = True) -> Outcome:
         """The Megatron-style plans at every ``max_num_seqs``, then (``seeds``) the ``pool_seeds``
-        disaggregated plans the pool-by-pool screening ranks first (:func:`planner.serving.poolwise.pool_seeds`;
-        at most ``budget // 8`` of them);
+        disaggregated plans the pool-by-pool screening ranks first (:func:`planner.serving.poolwise.screen_plans`;
+        at most ``budget // 8`` of them) and, within the same eighth of the budget, their decode layouts as
+        aggregated plans (:func:`planner.serving.poolwise.aggregated_seeds`);
         sets :attr:`reference` to the best throughput of the former (met SLOs or not), else of the latter."""
         heuristic = np.array(self.actions.megatron())
         # the seeds take at most an eighth of the budget, so a small budget is left to the search itself
-        extra = pool_seeds(self.actions, self.cfg, min(self.pool_seeds, self.budget // 8)) if seeds else []
+        k = min(self.pool_seeds, self.budget // 8) if seeds else 0
+        screened = screen_plans(self.actions, self.cfg, k)
+        extra = [s.action for s in screened] + aggregated_seeds(self.actions, screened,
+                                                                min(k, self.budget // 8 - len(screened)))
         out = self.evaluate_actions(np.concatenate([heuristic, np.array(extra, dtype=np.int64).reshape(-1, heuristic.shape[1])]))
         runs = [(k, self.records[tuple(k)].tokens_per_s_per_gpu) for k, ok in zip(out.keys.tolist(), out.valid, strict=True)
                 if ok]

@@ -31,6 +31,15 @@ and the runtime's host time, overlapped where the runtime overlaps it), nothing 
 
 The screening only orders candidates; every seed is then simulated like any other plan, and a seed
 that screens well but simulates badly is just a poor plan in the history.
+
+Aggregated counterparts (:func:`aggregated_seeds`): the decode layouts the screening picks are the ones
+that decode this load best within the TPOT SLO, and an aggregated worker spends most of its steps
+decoding; so beside the disaggregated seeds the warm start simulates each picked decode layout as an
+aggregated plan that fills the cluster, as the Megatron-style warm start fills it with its one layout.
+Without them a search whose seeds are all disaggregated can keep to that mode: on ``deepseek-8node``
+with ``sglang-deepep`` (256 clients, ISL 4096, OSL 512) PPO's 64 simulations returned a disaggregated
+plan at 116.5 tokens/s/GPU and never tried the aggregated 4x(tp1 ep16) at 128.7, the decode layout of
+its own second seed.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from simcore.serving.step_cost import GroupBatch, StepCost
 
 from .space import MODE_VALUES, ServingSpace
 
-__all__ = ["pool_seeds", "screen_plans", "Screened", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "prefill_ttft",
+__all__ = ["pool_seeds", "aggregated_seeds", "screen_plans", "Screened", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "prefill_ttft",
            "first_wave_ttft", "closed_loop_ttft"]
 
 #: prefill layouts kept for pairing (the most prompts/s per GPU)
@@ -230,6 +239,32 @@ def pool_seeds(space: ServingSpace, cfg: ServingConfig, k: int) -> list[np.ndarr
     """The ``k`` disaggregated plans the pool-by-pool screening ranks first, as actions of ``space``
     (none when the space holds no disaggregated plans or nothing screens feasible)."""
     return [s.action for s in screen_plans(space, cfg, k)]
+
+
+def aggregated_seeds(space: ServingSpace, screened: list[Screened], k: int) -> list[np.ndarray]:
+    """Up to ``k`` aggregated plans, one per distinct decode layout of ``screened`` (in its order): that
+    layout, its ``max_num_seqs`` and expert split, as many workers as the cluster holds (module doc);
+    none when the space holds no aggregated plans."""
+    if k < 1 or MODE_VALUES.index("agg") not in space.modes:
+        return []
+    out, seen = [], set()
+    for s in screened:
+        pool = s.plan.decode
+        st = pool.strategy
+        gpus = st.tp * st.ep * st.pp
+        fits = [w for w in space.heads[4].values if w * gpus <= space.num_gpus]
+        key = (st.tp, st.ep, st.pp, pool.moe_ep)
+        if key in seen or not fits:
+            continue
+        plan = ServingPlan("agg", pool=Pool(st, max(fits), pool.max_num_seqs, pool.moe_ep), spec_tokens=s.plan.spec_tokens)
+        action = space.action_of(plan)
+        if not space.inside(action)[0]:
+            continue
+        seen.add(key)
+        out.append(action)
+        if len(out) == k:
+            break
+    return out
 
 
 def screen_plans(space: ServingSpace, cfg: ServingConfig, k: int) -> list[Screened]:
