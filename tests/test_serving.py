@@ -30,8 +30,10 @@ def _ctx(model="llama-3.1-8b", gpus=8, precision="fp8"):
 
 
 def _key(result):
+    """What the fast path must reproduce: counts, latencies, and each pool's step statistics."""
     m = result.metrics
-    return (result.steps, m.requests, m.ttft_s["mean"], m.tpot_s["mean"], m.itl_s["p99"], m.e2e_s["p90"])
+    pools = tuple(v for role in sorted(result.pool_stats) for v in result.pool_stats[role].values())
+    return (result.steps, m.requests, m.ttft_s["mean"], m.tpot_s["mean"], m.itl_s["p99"], m.e2e_s["p90"]) + pools
 
 
 @pytest.mark.parametrize("runtime", ["vllm", "sglang", "trtllm"])

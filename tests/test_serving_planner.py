@@ -270,7 +270,14 @@ def test_search_writes_outputs_and_sim_replays_the_plan(tmp_path):
     import json
 
     summary = json.loads((out / "summary.json").read_text())
-    replay = json.loads((tmp_path / "sim" / "result.json").read_text())["result"]["metrics"]
+    result = json.loads((tmp_path / "sim" / "result.json").read_text())
+    replay = result["result"]["metrics"]
+    # the replay prints and writes its mean decode step, parts adding up to the GPU time (test_serving_breakdown)
+    assert "the run's mean decode step" in sim.stdout
+    for role, step in result["mean_decode_step"].items():
+        assert role in ("both", "decode") and step["gpu_ms"] > 0 and step["bound"] in ("gpu", "host")
+        assert sum(step["parts_ms"].values()) == pytest.approx(step["gpu_ms"], rel=1e-9)
+        assert step["sequences"] == max(round(result["result"]["pools"][role]["mean_decode_seqs"]), 1)
     assert replay["output_tokens_per_s_per_gpu"] == pytest.approx(summary["best"]["tokens_per_s_per_gpu"], rel=1e-9)
     assert Path(out / "pareto.png").stat().st_size > 1000
     # the journal of that run replays it: +resume answers every plan from it and gives the same answer

@@ -295,6 +295,44 @@ def _table(title: str, result, scfg):
     return table
 
 
+def decode_step_breakdowns(ctx, plan, runtime, result) -> dict:
+    """Each pool's mean pure-decode step of the run (:func:`simcore.serving.breakdown.step_breakdown` at
+    :func:`~simcore.serving.breakdown.mean_decode_batches`), by role; pools that took none are left out."""
+    from simcore.serving import StepCost
+    from simcore.serving.breakdown import mean_decode_batches, step_breakdown
+
+    out = {}
+    for role, pool in plan.pools:
+        batches = mean_decode_batches(result.pool_stats.get(role, {}), pool.strategy.ep, 1 + runtime.spec_tokens)
+        if batches:
+            out[role] = step_breakdown(StepCost(ctx, pool.strategy, runtime, pool.moe_ep), batches, runtime)
+    return out
+
+
+def _breakdown_table(title: str, steps: dict, stats: dict):
+    """Rows: each part of :data:`simcore.serving.breakdown.PARTS` any pool has, then the totals; a column
+    per pool."""
+    from rich.table import Table
+
+    from simcore.serving.breakdown import PARTS
+
+    table = Table(title=title)
+    table.add_column("ms per step")
+    roles = list(steps)
+    for role in roles:
+        table.add_column({"both": "pool", "prefill": "prefill pool", "decode": "decode pool"}[role], justify="right")
+    for part in PARTS:
+        if any(part in steps[r].parts for r in roles):
+            table.add_row(part, *(f"{steps[r].parts.get(part, 0.0) * 1e3:,.3f}" for r in roles))
+    table.add_row("GPU time", *(f"{steps[r].gpu_s * 1e3:,.3f}" for r in roles))
+    table.add_row("host time", *(f"{steps[r].host_s * 1e3:,.3f}" for r in roles))
+    table.add_row("step (what sets it)", *(f"{steps[r].step_s * 1e3:,.3f} ({steps[r].bound})" for r in roles))
+    table.add_row("sequences x mean context",
+                  *(f"{steps[r].sequences} x {stats[r]['mean_decode_context']:,.0f}" for r in roles))
+    table.add_row("GPUs busy over the run", *(f"{stats[r]['gpu_busy_share']:.0%}" for r in roles))
+    return table
+
+
 def run_serving_sim(cfg) -> dict:
     """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
     from simcore.apps.common import atomic_write_json, console, run_dir
@@ -331,7 +369,11 @@ def run_serving_sim(cfg) -> dict:
         con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
         if plan.mode == "seesaw":
             con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
+        steps = decode_step_breakdowns(ctx, plan, plan.runtime_for(scfg.runtime_profile()), result)
+        if steps:
+            con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats))
     else:
+        steps = {}
         con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
     out = run_dir()
     spec = plan.runtime_for(scfg.runtime_profile())  # a searched plan's own speculative decoding
@@ -340,7 +382,7 @@ def run_serving_sim(cfg) -> dict:
                            "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
                            "osl": cfg.serving.osl, "slo": slo, "spec_tokens": spec.spec_tokens,
                            "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
-               "result": result.to_dict()}
+               "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
     atomic_write_json(out / "result.json", payload)
     con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote result.json into run dir: {out}")
     return payload

@@ -8,6 +8,7 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 - :mod:`.requests`: requests, length distributions, trace files
 - :mod:`.runtime`: vLLM / SGLang / TensorRT-LLM profiles (host cost per step, graphs, budgets)
 - :mod:`.step_cost`: one step's GPU time from the shared lowering (memoized, exact)
+- :mod:`.breakdown`: where one step's time goes (attention, GEMMs, experts, communication, host)
 - :mod:`.kvcache`: KV capacity from the memory model and block accounting
 - :mod:`.scheduler`: the three runtimes' scheduling policies
 - :mod:`.worker`: a worker's host loop and GPU pipeline on SimPy

@@ -144,11 +144,13 @@ class ServingResult:
     wall_s: float = 0.0
     reshard_s: float = 0.0  # seesaw: worker-seconds spent re-sharding between the two layouts
     switches: int = 0  # seesaw: layout switches over all workers
+    pool_stats: dict[str, dict] = field(default_factory=dict)  # per role: :func:`pool_stats`
 
     def to_dict(self) -> dict:
         out = {"plan": self.plan.to_dict(), "feasible": self.feasible, "reason": self.reason, "steps": self.steps,
                "lowerings": self.lowerings, "kv_tokens_per_group": self.kv_tokens_per_group,
-               "wall_s": self.wall_s, "metrics": None if self.metrics is None else self.metrics.to_ms_dict()}
+               "wall_s": self.wall_s, "metrics": None if self.metrics is None else self.metrics.to_ms_dict(),
+               "pools": self.pool_stats}
         if self.plan.mode == "seesaw":
             out |= {"reshard_s": self.reshard_s, "switches": self.switches}
         return out
@@ -324,7 +326,21 @@ def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, 
     return _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
 
 
-def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request], wall_s: float) -> ServingResult:
+def pool_stats(workers: list[Worker], end_s: float) -> dict:
+    """What a pool's workers did over a run of ``end_s`` simulated seconds: ``gpu_busy_share``, the share
+    of that time their GPUs ran steps (the rest waited on the host or for work); ``decode_steps``, the
+    pure-decode steps taken; ``mean_decode_seqs`` and ``mean_decode_context``, the busiest attention
+    group's decoding sequences and the decodes' mean context over those steps (where
+    :func:`~simcore.serving.breakdown.step_breakdown` prices the run's mean decode step)."""
+    steps = sum(w.decode_steps for w in workers)
+    busy = sum(w.gpu_busy_s for w in workers) / (len(workers) * end_s) if end_s > 0 else 0.0
+    return {"workers": len(workers), "gpu_busy_share": busy, "decode_steps": steps,
+            "mean_decode_seqs": sum(w.decode_seqs_sum for w in workers) / steps if steps else 0.0,
+            "mean_decode_context": sum(w.decode_context_sum for w in workers) / steps if steps else 0.0}
+
+
+def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request], wall_s: float,
+            end_s: float) -> ServingResult:
     """The metrics over the requests after the warm-up, with the run's step and lowering counts."""
     workers = [w for ws in cluster.pools.values() for w in ws]
     preempt = sum(g.preemptions for w in workers for g in w.groups)
@@ -332,7 +348,7 @@ def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request],
     metrics = summarize(measured, plan.gpus, cfg.ttft_slo_s, cfg.tpot_slo_s, preempt)
     result = ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
                            lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
-                           wall_s=wall_s)
+                           wall_s=wall_s, pool_stats={role: pool_stats(ws, end_s) for role, ws in cluster.pools.items()})
     if plan.mode == "seesaw":
         result.reshard_s, result.switches = cluster.reshard_s, cluster.switches
         metrics.extra["swap_in_s"] = cluster.swap_in_s  # host-to-GPU copies charged at switches
@@ -363,4 +379,4 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
             raise
         return ServingResult(plan, None, False, "stalled: requests wait that no step can admit",
                              wall_s=time.perf_counter() - start)
-    return _result(plan, cfg, cluster, clients.done, time.perf_counter() - start)
+    return _result(plan, cfg, cluster, clients.done, time.perf_counter() - start, env.now)

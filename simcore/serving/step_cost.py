@@ -147,14 +147,10 @@ class StepCost:
         copies = float(max(tokens, 1)) * s.ep * m.top_k
         return float(expected_max_loads(self.ctx.routing, m.num_experts, ranks, copies, s.redundant_experts))
 
-    def _blocks(self, tokens: int, sampled: int) -> dict[str, tuple[float, int, int]]:
-        """Each block of the lowering at ``tokens`` tokens and ``sampled`` sampled ones: its GPU seconds,
-        its kernels, and its compute kernels (memoized)."""
-        key = (tokens, sampled)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        self.lowerings += 1
+    def block_tasks(self, tokens: int, sampled: int) -> dict[str, list[Task]]:
+        """The lowering's tasks of each block (``first``, ``last``, ``p2p``, ``dense_layer``,
+        ``moe_layer``) at ``tokens`` tokens and ``sampled`` sampled ones, attention left out (not
+        memoized: :meth:`_blocks` keeps their totals; :mod:`.breakdown` reads them task by task)."""
         low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len, self.expert_load(tokens))
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
         low.expert_groups = self.moe_ep
@@ -168,9 +164,20 @@ class StepCost:
             blocks["dense_layer"] = low.layer(moe=False)
         if self.model.num_moe_layers:
             blocks["moe_layer"] = low.layer(moe=True)
+        return blocks
+
+    def _blocks(self, tokens: int, sampled: int) -> dict[str, tuple[float, int, int]]:
+        """Each block of the lowering at ``tokens`` tokens and ``sampled`` sampled ones: its GPU seconds,
+        its kernels, and its compute kernels (memoized)."""
+        key = (tokens, sampled)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        self.lowerings += 1
+        blocks = self.block_tasks(tokens, sampled)
 
         def total(tasks):  # the per-pass host task is the runtime profile's business here
-            return sum(self._task_s(t) * t.count for t in tasks if t.kind != "host")
+            return sum(self.task_s(t) * t.count for t in tasks if t.kind != "host")
 
         def kernels(tasks, compute_only=False):
             return sum(t.count for t in tasks if t.kind != "host" and float(t.time_s) > 0
@@ -218,7 +225,7 @@ class StepCost:
         per_pass = layer[0] + last[0] + attn + (self.runtime.moe_layer_s if moe else 0.0)
         return k * per_pass, k * (layer[1] + last[1] + 1)
 
-    def _task_s(self, task: Task) -> float:
+    def task_s(self, task: Task) -> float:
         """A task's time; a small tensor-parallel all-reduce inside one NVLink domain runs on the
         runtime's own kernel when that is faster than NCCL's (see :meth:`custom_all_reduce_s`)."""
         nccl = float(task.time_s)
@@ -283,22 +290,40 @@ class StepCost:
         tokens = max(g.tokens for g in busy)
         sampled = max(g.sampled for g in busy)
         base, launches, compute = self._lowered(tokens, sampled)
-        mixers = [(self.attention_s(g), self.linear_attention_s(g)) for g in busy]
         per_layer = max(len(g.chunks) + (1 if g.decode_seqs else 0) for g in busy)
         if self.model.is_sparse_attention:  # each attention call is preceded by its indexer's kernels
             per_layer *= 1 + INDEXER_KERNELS
         per_linear = max(MIXER_KERNELS["prefill"] * bool(g.chunks) + MIXER_KERNELS["decode"] * bool(g.decode_seqs)
                          for g in busy) if self.model.is_hybrid else 0
         times, kernels = [], []
-        for b, d, e, n_lin in zip(base, self.dense_layers, self.moe_layers, self.linear_layers, strict=True):
-            n_attn = d + e - n_lin
-            times.append(b + max(n_attn * a + n_lin * lin for a, lin in mixers))
-            kernels.append(n_attn * per_layer + n_lin * per_linear)
+        for b, (attn, lin), d, e, n_lin in zip(base, self.stage_mixers(busy), self.dense_layers, self.moe_layers,
+                                               self.linear_layers, strict=True):
+            times.append(b + (attn + lin))
+            kernels.append((d + e - n_lin) * per_layer + n_lin * per_linear)
         compute = [c + k for c, k in zip(compute, kernels, strict=True)]
         draft_s, draft_kernels = self.draft(busy)  # speculative drafts run after the step's last stage
         times[-1] += draft_s
         compute[-1] += draft_kernels
         return times, launches + sum(kernels) + draft_kernels, tokens, compute
+
+    def stage_mixers(self, busy: list[GroupBatch]) -> list[tuple[float, float]]:
+        """Each stage's token-mixer seconds, ``(softmax attention, linear attention)``, of the group whose
+        mixers take longest there (all groups step together, so the slowest one counts)."""
+        mixers = [(self.attention_s(g), self.linear_attention_s(g)) for g in busy]
+        out = []
+        for d, e, n_lin in zip(self.dense_layers, self.moe_layers, self.linear_layers, strict=True):
+            n_attn = d + e - n_lin
+            a, lin = max(mixers, key=lambda m: n_attn * m[0] + n_lin * m[1])
+            out.append((n_attn * a, n_lin * lin))
+        return out
+
+    @staticmethod
+    def replays_graph(groups: list[GroupBatch], tokens: int, runtime) -> bool:
+        """Whether the step (its busiest group running ``tokens`` tokens) replays a CUDA graph: vLLM
+        captures graphs by the step's tokens; SGLang and TensorRT-LLM by its sequences (batch size), which
+        differ only under speculative decoding (each sequence runs 1 + drafts tokens)."""
+        key = tokens if runtime.scheduler == "vllm" else max((g.sequences for g in groups), default=0)
+        return runtime.uses_graph(key, any(g.chunks for g in groups))
 
     def gpu_times(self, groups: list[GroupBatch], runtime) -> list[float]:
         """Per-stage GPU seconds of the step under ``runtime`` (a :class:`RuntimeProfile`).
@@ -308,10 +333,7 @@ class StepCost:
         host to launch each kernel, so a step takes at least its launches times ``runtime.launch_s`` plus
         ``runtime.eager_moe_layer_s`` per MoE layer (the framework ops an eager MoE layer dispatches)."""
         times, launches, tokens, compute = self.stage_times(groups)
-        # vLLM captures graphs by the step's tokens; SGLang and TensorRT-LLM by its sequences (batch size),
-        # which differ only under speculative decoding (each sequence runs 1 + drafts tokens)
-        key = tokens if runtime.scheduler == "vllm" else max((g.sequences for g in groups), default=0)
-        if runtime.uses_graph(key, any(g.chunks for g in groups)):
+        if self.replays_graph(groups, tokens, runtime):
             saved = self.gpu.kernel_overhead_s - runtime.graph_kernel_s
             return [t - n * saved for t, n in zip(times, compute, strict=True)]
         floor = launches * runtime.launch_s + sum(self.moe_layers) * runtime.eager_moe_layer_s

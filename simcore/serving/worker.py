@@ -73,6 +73,9 @@ class Worker:
         self.steps = 0
         self.incoming = 0  # hand-offs routed here whose KV transfer has not finished
         self.gpu_busy_s = 0.0
+        # the pure-decode steps taken: their count, and the sums over them of the busiest attention group's
+        # decoding sequences and of the decodes' mean context (what :mod:`.breakdown` prices the mean step at)
+        self.decode_steps, self.decode_seqs_sum, self.decode_context_sum = 0, 0.0, 0.0
         self.fast = fast
         env.process(self._loop())
 
@@ -213,6 +216,8 @@ class Worker:
         for group in self.groups:  # and each group's own per-step state
             group.decode_steps(done - 1)
         self.gpu_busy_s += sum(e - s for s, e in zip(starts[:done], ends[:done], strict=True))
+        n = sum(sizes)  # step j's decodes attend to (sum(sums) + j n) / n tokens on average
+        self._count_decodes(done, max(sizes), done * sum(sums) / n + done * (done - 1) / 2)
         times = ends[:done]
         for group, pick in zip(self.groups, picks, strict=True):
             for req, _ in pick:
@@ -226,6 +231,13 @@ class Worker:
                     self.on_finish(req)
         self._poke()
 
+    def _count_decodes(self, steps: int, busiest: int, context_sum: float) -> None:
+        """Count ``steps`` pure-decode steps whose busiest group ran ``busiest`` sequences and whose
+        decodes' mean contexts sum to ``context_sum``."""
+        self.decode_steps += steps
+        self.decode_seqs_sum += steps * busiest
+        self.decode_context_sum += context_sum
+
     def _stage_times(self, picks) -> list[float]:
         batches = []
         for pick in picks:
@@ -234,6 +246,11 @@ class Worker:
             # a prompt's last chunk samples one token; a decode samples each of its 1 + drafts
             sampled = sum(1 for r, n in pick if r.in_prefill and r.kv_tokens + n >= r.prefill_target)
             batches.append(GroupBatch.of(chunks, decodes, sampled + len(decodes) * self.decode_q, self.decode_q))
+        if not any(b.chunks for b in batches):
+            seqs = sum(b.decode_seqs for b in batches)
+            if seqs:
+                self._count_decodes(1, max(b.decode_seqs for b in batches),
+                                    sum(b.decode_context_sum for b in batches) / seqs)
         return self.cost.gpu_times(batches, self.runtime)
 
     def _run_step(self, picks, times: list[float], entered: simpy.Event):

@@ -60,7 +60,7 @@ from .journal import fingerprint, simulate_rows
 from .launch import REQUESTS_PER_CLIENT
 from .mapping import RowCase, map_row
 
-__all__ = ["run", "simulate_case", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
+__all__ = ["run", "simulate_case", "case_runtime", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
            "summarize_rows", "RANGE_RATIO", "REQUESTS_PER_CLIENT", "measurement_key", "duplicates"]
 
 #: Models whose rows the runtime fit may use; every other model's rows are the test set. Every backend
@@ -138,11 +138,14 @@ def serving_config(case: RowCase) -> ServingConfig:
                          runtime=case.runtime)
 
 
+def case_runtime(case: RowCase, runtime=None):
+    """The row's runtime profile (``runtime``, or the row's backend's) with the harness's launch flags."""
+    return (runtime or get_runtime(case.runtime)).with_overrides(**case.launch)
+
+
 def simulate_case(case: RowCase, runtime=None) -> tuple[float, float, str]:
     """Simulated mean (TTFT, TPOT) in seconds, or nan and why not."""
-    cfg = serving_config(case)
-    runtime = (runtime or get_runtime(case.runtime)).with_overrides(**case.launch)  # the harness's flags
-    result = simulate_serving(case.ctx, case.plan, cfg, runtime=runtime)
+    result = simulate_serving(case.ctx, case.plan, serving_config(case), runtime=case_runtime(case, runtime))
     if not result.feasible:
         return math.nan, math.nan, result.reason
     return result.metrics.ttft_s["mean"], result.metrics.tpot_s["mean"], ""

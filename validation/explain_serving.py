@@ -1,0 +1,88 @@
+"""Where a measured serving row's simulated step time goes: ``python -m validation.explain_serving ID ...``.
+
+For each row ``id`` of a CSV in the schema of ``validation/data/serving_h200_measured.csv`` (``--data``,
+that file by default), the row is simulated as ``shard-validate study=serving`` simulates it
+(:func:`validation.studies.serving.simulate_case`'s run: the harness's clients, lengths and launch flags)
+and the run's mean decode step of each pool is split into its parts
+(:func:`simcore.serving.breakdown.step_breakdown`: attention, GEMMs, routed experts, the runtime's fixed
+MoE time, communication, CUDA-graph replay, and the host's time beside the GPU's), next to the measured
+and simulated TPOT. What it is for: setting a profiler trace of the runtime (one decode step at the same
+batch) beside the model's, part by part, and seeing which rows are host-bound in the simulator.
+
+An unknown id, a missing file or a row the study skips is one line on stderr, exit 2. Ends with one JSON
+line: ``{id: {"measured_tpot_ms", "sim_tpot_ms", "set", "steps": {role: breakdown}}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simcore.apps.serving import decode_step_breakdowns
+from simcore.serving import simulate_serving
+from simcore.serving.breakdown import PARTS
+from validation import jsonline
+from validation.split import BadInput, run_script
+from validation.studies.serving import case_runtime, load_cases, serving_config, split_of
+
+__all__ = ["explain", "main"]
+
+_DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
+
+
+def explain(case) -> dict:
+    """One mapped row (:class:`~validation.studies.serving.mapping.RowCase`): its measured and simulated
+    TPOT and each pool's mean decode step (``to_ms_dict``), by role."""
+    if case.skip:
+        raise BadInput(f"id {case.row.get('id', '')}: the study skips this row ({case.skip})")
+    runtime = case_runtime(case)
+    result = simulate_serving(case.ctx, case.plan, serving_config(case), runtime=runtime)
+    if not result.feasible:
+        raise BadInput(f"id {case.row.get('id', '')}: not simulated ({result.reason})")
+    steps = decode_step_breakdowns(case.ctx, case.plan, case.plan.runtime_for(runtime), result)
+    return {"set": split_of(case.row), "plan": case.plan.describe(), "runtime": runtime.name,
+            "measured_tpot_ms": float(case.row["silicon_tpot_ms"]), "sim_tpot_ms": result.metrics.tpot_s["mean"] * 1e3,
+            "steps": {role: b.to_ms_dict() | {"gpu_busy_share": result.pool_stats[role]["gpu_busy_share"],
+                                              "mean_decode_context": result.pool_stats[role]["mean_decode_context"]}
+                      for role, b in steps.items()}}
+
+
+def _print(row_id: str, out: dict) -> None:
+    print(f"\n{row_id} ({out['set']} set): {out['runtime']}, {out['plan']}")
+    print(f"  TPOT measured {out['measured_tpot_ms']:.2f} ms, simulated {out['sim_tpot_ms']:.2f} ms")
+    for role, step in out["steps"].items():
+        print(f"  {'pool' if role == 'both' else role + ' pool'}: mean decode step of {step['sequences']} "
+              f"sequences at {step['mean_decode_context']:,.0f} tokens of context, GPUs busy "
+              f"{step['gpu_busy_share']:.0%} of the run")
+        for part in PARTS:
+            if part in step["parts_ms"]:
+                print(f"    {part:22s} {step['parts_ms'][part]:9.3f} ms")
+        print(f"    {'GPU time':22s} {step['gpu_ms']:9.3f} ms\n    {'host time':22s} {step['host_ms']:9.3f} ms")
+        print(f"    {'step':22s} {step['step_ms']:9.3f} ms ({step['bound']} sets it)")
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description="Split a measured serving row's simulated decode step into "
+                                                 "its parts (module doc).")
+    parser.add_argument("ids", nargs="+", help="row ids (the CSV's id column)")
+    parser.add_argument("--data", type=Path, default=_DATA)
+    args = parser.parse_args(argv)
+    if not args.data.is_file():
+        raise BadInput(f"--data {args.data}: no such file")
+    try:
+        cases = {c.row.get("id", ""): c for c in load_cases(args.data)}
+    except ValueError as exc:
+        raise BadInput(str(exc).splitlines()[0]) from None
+    missing = [i for i in args.ids if i not in cases]
+    if missing:
+        raise BadInput(f"id: {', '.join(missing)} not in {args.data}")
+    result = {}
+    for row_id in args.ids:
+        result[row_id] = explain(cases[row_id])
+        _print(row_id, result[row_id])
+    print(jsonline.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    run_script(main)
