@@ -165,7 +165,12 @@ def test_explain_serving_cli(tmp_path, capsys):
     assert sum(step["parts_ms"].values()) == pytest.approx(step["gpu_ms"], rel=1e-9)
     assert 1 <= step["sequences"] <= 4 and 256 * 0.8 < step["mean_decode_context"] < 256 + 16
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == {"small": out}
+    slow = main(["small", "--data", str(data), "--set", "step_host_s=0.05"])["small"]["steps"]["both"]
+    seqs = slow["sequences"]
+    assert slow["host_ms"] == pytest.approx((0.05 + seqs * get_runtime("vllm").step_host_per_seq_s) * 1e3)
+    assert slow["bound"] == "host" and slow["gpu_ms"] == pytest.approx(step["gpu_ms"], rel=0.2)
     for args, word in ((["nope"], "id: nope"), (["nosize"], "skips this row"),
+                       (["small", "--set", "step_host_s=-1"], "--set"), (["small", "--set", "nope=1"], "--set"),
                        (["small", "--data", str(tmp_path / "none.csv")], "--data")):
         if "--data" not in args:
             args = [*args, "--data", str(data)]

@@ -9,8 +9,11 @@ MoE time, communication, CUDA-graph replay, and the host's time beside the GPU's
 and simulated TPOT. What it is for: setting a profiler trace of the runtime (one decode step at the same
 batch) beside the model's, part by part, and seeing which rows are host-bound in the simulator.
 
-An unknown id, a missing file or a row the study skips is one line on stderr, exit 2. Ends with one JSON
-line: ``{id: {"measured_tpot_ms", "sim_tpot_ms", "set", "steps": {role: breakdown}}}``.
+``--set FIELD=VALUE[,FIELD=VALUE]`` prices the rows under other runtime-profile values (as
+``python -m validation.score_serving --set`` does: a candidate host floor, MoE time per layer, ...).
+
+An unknown id, a missing file, a bad ``--set`` or a row the study skips is one line on stderr, exit 2.
+Ends with one JSON line: ``{id: {"measured_tpot_ms", "sim_tpot_ms", "set", "steps": {role: breakdown}}}``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ import argparse
 from pathlib import Path
 
 from simcore.apps.serving import decode_step_breakdowns
-from simcore.serving import simulate_serving
+from simcore.serving import get_runtime, simulate_serving
 from simcore.serving.breakdown import PARTS
 from validation import jsonline
+from validation.score_serving import parse_set
 from validation.split import BadInput, run_script
 from validation.studies.serving import case_runtime, load_cases, serving_config, split_of
 
@@ -30,12 +34,16 @@ __all__ = ["explain", "main"]
 _DATA = Path(__file__).resolve().parent / "data" / "serving_h200_measured.csv"
 
 
-def explain(case) -> dict:
+def explain(case, overrides: dict | None = None) -> dict:
     """One mapped row (:class:`~validation.studies.serving.mapping.RowCase`): its measured and simulated
-    TPOT and each pool's mean decode step (``to_ms_dict``), by role."""
+    TPOT and each pool's mean decode step (``to_ms_dict``), by role; ``overrides``: runtime-profile
+    values to price it under instead of its backend's."""
     if case.skip:
         raise BadInput(f"id {case.row.get('id', '')}: the study skips this row ({case.skip})")
-    runtime = case_runtime(case)
+    try:
+        runtime = case_runtime(case, get_runtime(case.runtime).with_overrides(**(overrides or {})))
+    except ValueError as exc:  # a value the profile refuses (ServingInputError), named
+        raise BadInput(f"--set: {str(exc).splitlines()[0]}") from None
     result = simulate_serving(case.ctx, case.plan, serving_config(case), runtime=runtime)
     if not result.feasible:
         raise BadInput(f"id {case.row.get('id', '')}: not simulated ({result.reason})")
@@ -66,7 +74,11 @@ def main(argv=None) -> dict:
                                                  "its parts (module doc).")
     parser.add_argument("ids", nargs="+", help="row ids (the CSV's id column)")
     parser.add_argument("--data", type=Path, default=_DATA)
+    parser.add_argument("--set", metavar="FIELD=VALUE[,FIELD=VALUE]", default="",
+                        help="runtime-profile values to price the rows under (module doc)")
     args = parser.parse_args(argv)
+    overrides = parse_set(args.set) if args.set else {}  # a bad one is its one line, exit 2
+
     if not args.data.is_file():
         raise BadInput(f"--data {args.data}: no such file")
     try:
@@ -78,7 +90,7 @@ def main(argv=None) -> dict:
         raise BadInput(f"id: {', '.join(missing)} not in {args.data}")
     result = {}
     for row_id in args.ids:
-        result[row_id] = explain(cases[row_id])
+        result[row_id] = explain(cases[row_id], overrides)
         _print(row_id, result[row_id])
     print(jsonline.dumps(result))
     return result
