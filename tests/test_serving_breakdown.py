@@ -177,3 +177,20 @@ def test_explain_serving_cli(tmp_path, capsys):
         proc = subprocess.run([sys.executable, "-m", "validation.explain_serving", *args], capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 2 and word in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_explain_serving_census(tmp_path):
+    """--split: every row of the set the study simulates (the skipped one left out), grouped by model,
+    backend and what sets the pace; its counts agree with the row's own explanation."""
+    from validation.explain_serving import main
+
+    data = _row_csv(tmp_path)
+    one = main(["small", "--data", str(data)])["small"]
+    out = main(["--split", "fit", "--data", str(data), "--jobs", "1"])
+    bound = one["steps"]["both"]["bound"]
+    error = one["sim_tpot_ms"] / one["measured_tpot_ms"] - 1
+    assert out["split"] == "fit" and out["rows"] == 1 and out["host_bound"] == (bound == "host")
+    assert out["groups"] == {f"Llama-3.1-8B-Instruct vllm {bound}-bound": {
+        "rows": 1, "median_abs_tpot_error": pytest.approx(abs(error)), "median_signed_tpot_error": pytest.approx(error),
+        "within_10pct": int(abs(error) <= 0.1)}}
+    assert main(["--split", "test", "--data", str(data), "--jobs", "1"])["rows"] == 0  # no test model in it
