@@ -194,3 +194,26 @@ def test_explain_serving_census(tmp_path):
         "rows": 1, "median_abs_tpot_error": pytest.approx(abs(error)), "median_signed_tpot_error": pytest.approx(error),
         "within_10pct": int(abs(error) <= 0.1)}}
     assert main(["--split", "test", "--data", str(data), "--jobs", "1"])["rows"] == 0  # no test model in it
+
+
+def test_app_breakdowns_of_a_seesaw_plan():
+    """shard-sim's per-pool breakdowns on a seesaw plan: its decode layout's mean step (two stages), the
+    parts adding up, the column named for the layout; the prefill layout takes no decode step."""
+    import io
+
+    from rich.console import Console
+
+    from simcore.apps.serving import _breakdown_table, decode_step_breakdowns
+
+    ctx = _ctx("llama-3.1-8b")
+    plan = ServingPlan.seesaw(megatron_strategy(tp=8), megatron_strategy(tp=4, pp=2))
+    cfg = ServingConfig(concurrency=8, num_requests=24, input_len=LengthDist("fixed", mean=800),
+                        output_len=LengthDist("fixed", mean=64))
+    result = simulate_serving(ctx, plan, cfg)
+    steps = decode_step_breakdowns(ctx, plan, get_runtime(cfg.runtime), result)
+    assert list(steps) == ["decode"] and result.pool_stats["prefill"]["decode_steps"] == 0
+    b = steps["decode"]
+    assert sum(b.parts.values()) == pytest.approx(b.gpu_s, rel=1e-12) and b.parts["communication"] > 0
+    out = io.StringIO()
+    Console(file=out, width=120).print(_breakdown_table("t", steps, result.pool_stats, plan.mode))
+    assert "decode layout" in out.getvalue() and "GPUs busy over the run" in out.getvalue()

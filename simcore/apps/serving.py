@@ -309,9 +309,9 @@ def decode_step_breakdowns(ctx, plan, runtime, result) -> dict:
     return out
 
 
-def _breakdown_table(title: str, steps: dict, stats: dict):
+def _breakdown_table(title: str, steps: dict, stats: dict, mode: str):
     """Rows: each part of :data:`simcore.serving.breakdown.PARTS` any pool has, then the totals; a column
-    per pool."""
+    per pool (per layout of a seesaw plan)."""
     from rich.table import Table
 
     from simcore.serving.breakdown import PARTS
@@ -320,7 +320,8 @@ def _breakdown_table(title: str, steps: dict, stats: dict):
     table.add_column("ms per step")
     roles = list(steps)
     for role in roles:
-        table.add_column({"both": "pool", "prefill": "prefill pool", "decode": "decode pool"}[role], justify="right")
+        table.add_column("pool" if role == "both" else f"{role} {'layout' if mode == 'seesaw' else 'pool'}",
+                         justify="right")
     for part in PARTS:
         if any(part in steps[r].parts for r in roles):
             table.add_row(part, *(f"{steps[r].parts.get(part, 0.0) * 1e3:,.3f}" for r in roles))
@@ -371,7 +372,7 @@ def run_serving_sim(cfg) -> dict:
             con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
         steps = decode_step_breakdowns(ctx, plan, plan.runtime_for(scfg.runtime_profile()), result)
         if steps:
-            con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats))
+            con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats, plan.mode))
     else:
         steps = {}
         con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
