@@ -171,6 +171,7 @@ def test_explain_serving_cli(tmp_path, capsys):
     assert slow["bound"] == "host" and slow["gpu_ms"] == pytest.approx(step["gpu_ms"], rel=0.2)
     for args, word in ((["nope"], "id: nope"), (["nosize"], "skips this row"),
                        (["small", "--set", "step_host_s=-1"], "--set"), (["small", "--set", "nope=1"], "--set"),
+                       (["--split", "bogus"], "--split"), (["small", "--jobs", "x"], "--jobs"),
                        (["small", "--data", str(tmp_path / "none.csv")], "--data")):
         if "--data" not in args:
             args = [*args, "--data", str(data)]

@@ -23,7 +23,6 @@ Ends with one JSON line: ``{id: {"measured_tpot_ms", "sim_tpot_ms", "set", "step
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from simcore.serving import get_runtime, simulate_serving
 from simcore.serving.breakdown import PARTS
 from validation import jsonline
 from validation.score_serving import parse_set
-from validation.split import BadInput, run_script
+from validation.split import BadInput, OneLineParser, run_script
 from validation.studies.serving import case_runtime, duplicates, load_cases, serving_config, split_of
 from validation.studies.serving.mapping import map_row
 
@@ -124,7 +123,7 @@ def census(cases, split: str, overrides: dict, jobs: int) -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description="Split a measured serving row's simulated decode step into "
+    parser = OneLineParser(description="Split a measured serving row's simulated decode step into "
                                                  "its parts (module doc).")
     parser.add_argument("ids", nargs="*", help="row ids (the CSV's id column)")
     parser.add_argument("--split", choices=("fit", "test"), help="every row of this set instead of ids")

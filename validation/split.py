@@ -12,13 +12,14 @@ The ``fit_*`` scripts call :func:`refuse_test_rows`; the studies label every fig
 
 from __future__ import annotations
 
+import argparse
 import csv
 import functools
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-__all__ = ["SPLITS", "DATA_DIR", "BadInput", "run_script", "split_of", "test_sources", "refuse_test_rows",
+__all__ = ["SPLITS", "DATA_DIR", "BadInput", "OneLineParser", "run_script", "split_of", "test_sources", "refuse_test_rows",
            "split_label"]
 
 SPLITS = ("fit", "test")
@@ -35,6 +36,14 @@ class BadInput(SystemExit):
 
     def __str__(self) -> str:
         return self.message
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors (a bad choice, a value of the wrong type, a missing argument) are a
+    :class:`BadInput`: one line naming the argument, exit 2, instead of argparse's usage block."""
+
+    def error(self, message: str):
+        raise BadInput(f"{self.prog}: {message}")
 
 
 def run_script(main: Callable[[], object]) -> None:
