@@ -293,30 +293,52 @@ def test_the_harness_launch_flags_apply_to_its_own_lengths_only():
 
 
 def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_kernel_constants():
-    """gptoss_fp4_h200_trt.sh sets ``moe_config.backend: TRITON``: the MoE block takes the Triton kernels'
-    constants fitted on their published timings (the prefill-size pair profile vllm holds, the decode-size
-    pair of ``fit_moe_kernels --decode``), not vLLM's serving-fitted decode pair; DeepSeek's script keeps
-    CUTLASS and TensorRT-LLM's own constants."""
+    """TensorRT-LLM runs MXFP4 experts on Hopper through its Triton MoE backend whatever the launch
+    (validation.studies.serving.moe_backend): the MoE block takes the Triton kernels' constants fitted on
+    their published timings (the prefill-size pair profile vllm holds, the decode-size pair of
+    ``fit_moe_kernels --decode``), not vLLM's serving-fitted decode pair. On H100 and H200 alike, at the
+    harness's lengths and at others; not on Blackwell, not for DeepSeek's FP8 experts, not on vLLM."""
     from simcore.serving import get_runtime
-    from validation.studies.serving.launch import TRITON_FUSED_MOE_DECODE, TRITON_MOE_FIELDS, launch_flags
+    from validation.studies.serving.moe_backend import (
+        TRITON_FUSED_MOE_DECODE,
+        TRITON_MOE_FIELDS,
+        moe_kernel_fields,
+        triton_moe_fields,
+    )
 
     vllm, trt = get_runtime("vllm"), get_runtime("trtllm")
-    flags = launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4)
-    assert {f: flags[f] for f in ("moe_gemm_efficiency", "moe_fp8_at_bf16_rate")} == {
+    fields = triton_moe_fields()
+    assert set(fields) == set(TRITON_MOE_FIELDS)
+    assert {f: fields[f] for f in ("moe_gemm_efficiency", "moe_fp8_at_bf16_rate")} == {
         "moe_gemm_efficiency": vllm.moe_gemm_efficiency, "moe_fp8_at_bf16_rate": vllm.moe_fp8_at_bf16_rate}
-    assert {f: flags[f] for f in ("moe_memory_efficiency", "moe_layer_s")} == TRITON_FUSED_MOE_DECODE
-    assert set(TRITON_MOE_FIELDS) <= set(flags)
-    assert trt.moe_gemm_efficiency != vllm.moe_gemm_efficiency  # so the flag changes the model
+    assert {f: fields[f] for f in ("moe_memory_efficiency", "moe_layer_s")} == TRITON_FUSED_MOE_DECODE
+    assert trt.moe_gemm_efficiency != vllm.moe_gemm_efficiency  # so the kernel choice changes the model
     assert (vllm.moe_memory_efficiency, vllm.moe_layer_s) != tuple(TRITON_FUSED_MOE_DECODE.values())
-    assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "deepseek-r1", 1024, 1024, 16))
-    assert not set(TRITON_MOE_FIELDS) & set(launch_flags("trtllm", "gpt-oss-120b", 1000, 1000, 16))
+    assert moe_kernel_fields("trtllm", "mxfp4", "h100-sxm") == moe_kernel_fields("trtllm", "mxfp4", "h200") == fields
+    assert moe_kernel_fields("trtllm", "mxfp4", "b200") == {}
+    assert moe_kernel_fields("trtllm", None, "h200") == moe_kernel_fields("trtllm", "int4_g32", "h200") == {}
+    assert moe_kernel_fields("vllm", "mxfp4", "h200") == {}
+
+    gpt_oss = {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "moe_quant_mode": "nvfp4", "backend": "trtllm",
+               "tp_size": 4, "moe_tp_size": 4, "moe_ep_size": 1, "batch_size": 16, "attention_dp_size": 1,
+               "silicon_data_source": "x; silicon_concurrency=16"}
+    for system in ("h200_sxm", "h100_sxm"):
+        for isl, osl in ((1024, 1024), (1000, 1000)):  # a harness run, and one of aiconfigurator's own
+            case = map_row(_row(**gpt_oss, system=system, isl=isl, osl=osl))
+            assert not case.skip, case.skip
+            assert {f: case.launch[f] for f in TRITON_MOE_FIELDS} == fields, (system, isl)
+    deepseek = map_row(_row(model_path="deepseek-ai/DeepSeek-V3", backend="trtllm", precision="fp8", tp_size=8,
+                            moe_tp_size=8, moe_ep_size=1, batch_size=16, attention_dp_size=1, isl=1024, osl=1024,
+                            silicon_data_source="x; silicon_concurrency=16"))
+    assert not deepseek.skip, deepseek.skip
+    assert not set(TRITON_MOE_FIELDS) & set(deepseek.launch)
 
 
 def test_the_triton_decode_constants_are_what_the_kernel_fit_chooses_on_the_shipped_timings():
     """TRITON_FUSED_MOE_DECODE is the grid point ``python -m validation.fit_moe_kernels --decode`` picks on
     the shipped fused_moe timings (fit rows only, <= 64 tokens): change the data and this fails."""
     from validation import fit_moe_kernels
-    from validation.studies.serving.launch import TRITON_FUSED_MOE_DECODE
+    from validation.studies.serving.moe_backend import TRITON_FUSED_MOE_DECODE
 
     rows = [r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] <= 64]
     fit = fit_moe_kernels.fit_decode(rows)
@@ -350,6 +372,7 @@ def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
     (0.95 on H200), gpt-oss on vLLM as on H200; for a runtime and model with no H100 script (DeepSeek on
     SGLang or TensorRT-LLM, gpt-oss on TensorRT-LLM, GLM-5, Qwen3.5) no H200 flag carries over."""
     from validation.studies.serving.launch import launch_flags, launch_model_fields, requests_per_client
+    from validation.studies.serving.moe_backend import triton_moe_fields
 
     def launch(system, **kw):
         case = map_row(_harness_row(system, **kw))
@@ -363,7 +386,8 @@ def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
     gpt_oss = {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "tp_size": 2, "moe_tp_size": 2,
                "moe_ep_size": 1}
     assert launch("h100_sxm", **gpt_oss).launch == launch("h200_sxm", **gpt_oss).launch != {}
-    assert launch("h100_sxm", **gpt_oss, backend="trtllm").launch == {}
+    # no H100 script: only the runtime's own MoE kernels for MXFP4 on Hopper (.moe_backend), no H200 flag
+    assert launch("h100_sxm", **gpt_oss, backend="trtllm").launch == triton_moe_fields()
     assert launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4, system="h200_sxm") != {}
     for backend in ("sglang", "trtllm"):
         assert launch_flags(backend, "deepseek-r1", 1024, 1024, 16, system="h200_sxm") != {}

@@ -39,9 +39,9 @@ jointly on :data:`GRID_DECODE_EFFICIENCY` x :data:`GRID_DECODE_FIXED_S` on these
 each call priced as the lowering prices one MoE layer's experts plus that fixed time. The serving
 profiles fitted the same two constants on serving rows (``python -m validation.fit_serving --moe``);
 this prints how the shipped vLLM and SGLang values score on the kernels, so the two sources can be
-compared. Its pair is what the serving study gives a launch that swaps in Triton's MoE kernels for a
-runtime's own (``validation.studies.serving.launch.TRITON_FUSED_MOE_DECODE``: TensorRT-LLM's gpt-oss
-launch); the profiles keep their serving fits.
+compared. Its pair is what the serving study gives a runtime that runs Triton's MoE kernels in place of
+its own (``validation.studies.serving.moe_backend.TRITON_FUSED_MOE_DECODE``: TensorRT-LLM's MXFP4 experts
+on Hopper); the profiles keep their serving fits.
 
 Rows used for ``vllm``: H100 and H200, ``kernel`` a Triton ``fused_moe``, and a kernel config the source
 states: ``config_kind`` neither ``superseded`` (a default heuristic the same pull request replaced) nor

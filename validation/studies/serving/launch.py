@@ -16,22 +16,9 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``.
 - TensorRT-LLM, gpt-oss-120b (``gptoss_fp4_h200_trt.sh``): ``--max_num_tokens 20000``,
   ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch), and
-  ``moe_config.backend: TRITON``: TensorRT-LLM's ``TritonFusedMoE`` runs the experts through OpenAI's
-  ``triton_kernels`` ``matmul_ogs`` (a Triton grouped GEMM over sorted tokens), not the CUTLASS grouped
-  GEMMs the ``trtllm`` profile's MoE constants were measured and fitted on. ``matmul_ogs`` has not been
-  timed here; the nearest measured kernel family is Triton's ``fused_moe``. So these rows take that
-  family's MoE block (:data:`TRITON_MOE_FIELDS`), the rest TensorRT-LLM's: the compute rate at prefill sizes and FP8 at the BF16 rate as profile ``vllm`` has them
-  (0.25 of a dense BF16 GEMM's rate, fitted on the fit set's MoE prefills, next to 0.35 from the kernel's
-  published BF16 timings at their shapes: the serving shapes, experts split by tensor parallelism, run
-  slower; :mod:`simcore.serving.runtime`), and the HBM share and fixed time per call at decode sizes from
-  the kernel's own published timings at 1-64 tokens (:data:`TRITON_FUSED_MOE_DECODE`, ``python -m
-  validation.fit_moe_kernels --decode``). Not profile ``vllm``'s decode pair (0.5, 25 us): fitted on vLLM's
-  serving rows, it scores 0.48 median |log error| on those kernel timings against the fit's 0.05, carrying
-  time vLLM's steps spend that the kernel does not (validation/reports/serving/history.md): vLLM's, not
-  TensorRT-LLM's. An assumption of one kernel family for another; the substitution was chosen before these test rows were simulated
-  with it, and its decode pair moved from profile ``vllm``'s to the kernel timings' after (said so in the
-  history). (vLLM's own gpt-oss runs set ``VLLM_MXFP4_USE_MARLIN=1``: Marlin's weight-only kernels, also
-  not timed here; they keep profile ``vllm``.)
+  ``moe_config.backend: TRITON``, which is what TensorRT-LLM runs MXFP4 experts with on any Hopper GPU
+  whatever the launch, so it is not a flag here but the runtime's kernel choice (:mod:`.moe_backend`,
+  applied to every such row).
 - SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
   ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency), and ``--mamba-ssm-dtype bfloat16``:
   the Gated DeltaNet recurrent state in BF16, not the config's FP32, a model field the launch sets
@@ -78,10 +65,8 @@ defaults. These are launch settings read from the harness, not fitted values.
 
 from __future__ import annotations
 
-from simcore.serving import get_runtime
-
 __all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS",
-           "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT", "TRITON_FUSED_MOE_DECODE", "TRITON_MOE_FIELDS"]
+           "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
 HARNESS_LENGTHS = (1024, 8192)
@@ -92,20 +77,6 @@ HARNESS_SYSTEMS = ("h200_sxm", "h100_sxm")
 _GPT_OSS_VLLM = {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
 #: requests each closed-loop client sends: InferenceX's ``--num-prompts`` is 10 x the concurrency
 REQUESTS_PER_CLIENT = 10
-#: Triton ``fused_moe`` at decode sizes as its published timings price it: HBM share of a dense GEMM's on
-#: the active experts' weights and fixed time per call (``python -m validation.fit_moe_kernels --decode``:
-#: 58 rows of 6 sources at 1-64 tokens, median |log error| 0.052; a test holds these equal to its fit)
-TRITON_FUSED_MOE_DECODE = {"moe_memory_efficiency": 1.0, "moe_layer_s": 20e-6}
-#: The runtime-profile fields that price the MoE block's kernels; a launch that picks the Triton MoE
-#: kernels takes the prefill-size pair from profile ``vllm`` and the decode-size pair from the kernel's own
-#: timings, :data:`TRITON_FUSED_MOE_DECODE` (module doc)
-TRITON_MOE_FIELDS = ("moe_gemm_efficiency", "moe_fp8_at_bf16_rate", "moe_memory_efficiency", "moe_layer_s")
-
-
-def _triton_moe() -> dict:
-    vllm = get_runtime("vllm")
-    prefill = {f: getattr(vllm, f) for f in TRITON_MOE_FIELDS if f not in TRITON_FUSED_MOE_DECODE}
-    return prefill | TRITON_FUSED_MOE_DECODE
 
 
 def _round_up(value: int, step: int) -> int:
@@ -136,8 +107,7 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
     if backend == "vllm" and preset.startswith("gpt-oss"):
         return dict(_GPT_OSS_VLLM)
     if backend == "trtllm" and preset.startswith("gpt-oss"):
-        return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85,
-                **_triton_moe()}
+        return {"max_num_batched_tokens": 20000, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.85}
     if backend == "sglang" and preset.startswith("qwen3.5"):
         return {"max_num_batched_tokens": 16384, "graph_max_tokens": max(concurrency, 1), "mem_fraction": 0.80}
     if backend == "trtllm" and preset == "llama-3.1-70b":

@@ -49,9 +49,11 @@ The mapping, column by column:
   clients), so times ``attention_dp_size``; blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
 - ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
 - The measuring harness's launch flags, where its scripts set them (:mod:`.launch`) -> ``launch``:
-  runtime-profile fields the row is simulated with; and what the row's runtime version does by default
-  where that differs between versions of one profile (:func:`version_fields`: vLLM v0.12-v0.14's DeepGEMM
-  MoE path for FP8 experts, ``moe_padded_rows``).
+  runtime-profile fields the row is simulated with; the MoE kernels the runtime runs the row's experts
+  with on its GPU where they are not the profile's (:mod:`.moe_backend`: TensorRT-LLM's Triton MoE for
+  MXFP4 experts on Hopper); and what the row's runtime version does by default where that differs
+  between versions of one profile (:func:`version_fields`: vLLM v0.12-v0.14's DeepGEMM MoE path for FP8
+  experts, ``moe_padded_rows``).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from simcore.cluster import Cluster
+from simcore.hardware import get_gpu
 from simcore.lowering import CostContext
 from simcore.models import ModelConfigError, get_model, preset_for
 from simcore.moe import RoutingConfig
@@ -69,7 +72,8 @@ from simcore.workload import Workload
 
 from .kv_dtype import kv_cache_precision
 from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
-from .weight_format import expert_weight_bytes
+from .moe_backend import moe_kernel_fields
+from .weight_format import FORMAT_BYTES, expert_format
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "version_fields"]
 
@@ -198,8 +202,16 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool, compact: bool = T
     return Pool(runtime_strategy(tp=tp, ep=dp, pp=pp), workers=workers, max_num_seqs=max(seqs, 1), moe_ep=inner)
 
 
-def _workload(precision: str, model, gpu: str, model_path: str = "", moe_label: str = "") -> Workload | str:
-    p = precision.strip().lower()
+def _expert_format(row: dict, model) -> str | None:
+    """The routed experts' 4-bit format of an MoE row with 4-bit weights (:mod:`.weight_format`), else None."""
+    p = (row.get("precision") or "").strip().lower()
+    if p not in _FOUR_BIT or not model.is_moe:
+        return None
+    return expert_format(row.get("model_path") or "", row.get("moe_quant_mode") or p)
+
+
+def _workload(row: dict, model, gpu: str) -> Workload | str:
+    p = (row.get("precision") or "").strip().lower()
     if p in ("fp8", "bf16"):
         return Workload(precision=p)
     if p in ("fp16", "float16", "bfloat16"):  # aiconfigurator's name for 16-bit; Hopper runs FP16 at BF16's rate
@@ -207,8 +219,8 @@ def _workload(precision: str, model, gpu: str, model_path: str = "", moe_label: 
     if p in _FOUR_BIT:
         if not model.is_moe:
             return f"precision: {p} weights on a dense model are not modelled"
-        four_bit = expert_weight_bytes(model_path, moe_label or p)
-        if gpu.startswith(("h100", "h200")):
+        four_bit = FORMAT_BYTES[_expert_format(row, model)]
+        if get_gpu(gpu).arch == "hopper":
             # Hopper has no 4-bit tensor-core math: the runtimes run these experts weight-only (W4A16:
             # Marlin, Triton matmul_ogs), dequantized into BF16 GEMMs; and both 4-bit checkpoints here
             # ship attention and dense weights in BF16 (gpt-oss model card; Kimi-K2's compressed-tensors
@@ -265,8 +277,7 @@ def _map_row(row: dict) -> RowCase:
         raise RowError(f"{'isl' if not case.isl else 'osl'}: a length is needed")
     case.runtime = runtime_of(row)
     model = get_model(preset)
-    workload = _workload(row.get("precision") or "", model, gpu, row.get("model_path") or "",
-                         row.get("moe_quant_mode") or "")
+    workload = _workload(row, model, gpu)
     if isinstance(workload, str):
         case.skip = workload
         return case
@@ -297,7 +308,8 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
     case.model, case.plan = preset, plan
     system = (case.row.get("system") or "").strip()
     case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency, tp=pools[0].strategy.tp,
-                               system=system) | version_fields(case.row, model.is_moe, workload.precision)
+                               system=system) | moe_kernel_fields(backend, _expert_format(case.row, model), gpu) \
+        | version_fields(case.row, model.is_moe, workload.precision)
     case.requests_per_client = requests_per_client(backend, preset, case.isl, case.osl, system)
     model = replace(model, **launch_model_fields(backend, preset, case.isl, case.osl, system))
     routing = RoutingConfig(sampled=True) if model.is_moe else None  # module doc: the busiest expert rank

@@ -20,7 +20,7 @@ checkpoints, each with its source; a checkpoint not named there takes its format
 
 from __future__ import annotations
 
-__all__ = ["FORMAT_BYTES", "CHECKPOINT_FORMAT", "expert_weight_bytes"]
+__all__ = ["FORMAT_BYTES", "CHECKPOINT_FORMAT", "expert_format", "expert_weight_bytes"]
 
 #: Bytes per weight element of each block-scaled 4-bit format (module doc): 4 bits plus the block's scale
 FORMAT_BYTES = {
@@ -45,8 +45,12 @@ CHECKPOINT_FORMAT = {
 _LABELS = {"mxfp4": "mxfp4", "nvfp4": "nvfp4", "fp4": "nvfp4"}
 
 
-def expert_weight_bytes(model_path: str, label: str) -> float:
-    """Bytes per routed-expert weight element of a 4-bit row: its checkpoint's format where
+def expert_format(model_path: str, label: str) -> str:
+    """The routed experts' format of a 4-bit row (a :data:`FORMAT_BYTES` key): its checkpoint's where
     :data:`CHECKPOINT_FORMAT` knows it, else the row's precision label's (module doc)."""
-    fmt = CHECKPOINT_FORMAT.get(model_path.strip()) or _LABELS.get(label.strip().lower(), "int4_g128")
-    return FORMAT_BYTES[fmt]
+    return CHECKPOINT_FORMAT.get(model_path.strip()) or _LABELS.get(label.strip().lower(), "int4_g128")
+
+
+def expert_weight_bytes(model_path: str, label: str) -> float:
+    """Bytes per routed-expert weight element of a 4-bit row, in its :func:`expert_format`."""
+    return FORMAT_BYTES[expert_format(model_path, label)]
