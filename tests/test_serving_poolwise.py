@@ -153,29 +153,73 @@ def test_warm_start_adds_the_seeds_within_an_eighth_of_the_budget():
         ServingEvaluator(ctx, space, cfg, budget=8, pool_seeds=-1)
 
 
-def test_aggregated_seeds_are_the_screened_decode_layouts_filling_the_cluster():
+def _seed_plans(space, screened, k, cfg):
+    return [space.plan(a) for a in aggregated_seeds(space, screened, k, cfg)]
+
+
+def _fits(space, plan):
+    gpus = plan.pool.strategy.tp * plan.pool.strategy.ep * plan.pool.strategy.pp
+    return [w for w in space.heads[4].values if w * gpus <= space.num_gpus]
+
+
+def test_aggregated_seeds_are_the_screened_decode_layouts():
     """One aggregated plan per distinct decode layout of the screened plans, in their order, with that
-    pool's max_num_seqs and as many workers as the cluster holds; none without aggregated plans."""
+    pool's max_num_seqs, and either as many workers as the cluster holds or the fewest that hold every
+    closed-loop client; under open arrivals always the former; none without aggregated plans."""
+    from dataclasses import replace
+
     _, cfg, space = _case()
     screened = screen_plans(space, cfg, 4)
-    seeds = aggregated_seeds(space, screened, 4)
+    seeds = aggregated_seeds(space, screened, 4, cfg)
     layouts = list(dict.fromkeys((s.plan.decode.strategy.tp, s.plan.decode.strategy.ep, s.plan.decode.strategy.pp)
                                  for s in screened))
     assert 1 <= len(seeds) == len(layouts)
     assert space.inside(np.array(seeds)).all()
-    for action, lay in zip(seeds, layouts, strict=True):
-        plan = space.plan(action)
+    poisson = replace(cfg, arrival="poisson", rate=4.0)
+    for plan, open_plan, lay in zip([space.plan(a) for a in seeds], _seed_plans(space, screened, 4, poisson), layouts,
+                                    strict=True):
         st = plan.pool.strategy
         assert plan.mode == "agg" and (st.tp, st.ep, st.pp) == lay
-        gpus = st.tp * st.ep * st.pp
-        assert plan.pool.workers == max(w for w in space.heads[4].values if w * gpus <= space.num_gpus)
         first = next(s for s in screened if (s.plan.decode.strategy.tp, s.plan.decode.strategy.ep,
                                              s.plan.decode.strategy.pp) == lay)
-        assert plan.pool.max_num_seqs == first.plan.decode.max_num_seqs
-    assert [a.tolist() for a in aggregated_seeds(space, screened, 1)] == [seeds[0].tolist()]
-    assert aggregated_seeds(space, screened, 0) == []
+        seqs = first.plan.decode.max_num_seqs
+        assert plan.pool.max_num_seqs == seqs
+        fits = _fits(space, plan)
+        few = min(w for w in fits if w * seqs >= cfg.concurrency)
+        assert plan.pool.workers in (few, max(fits))
+        assert open_plan.pool.workers == max(fits)  # no client count: the cluster's most
+    assert [a.tolist() for a in aggregated_seeds(space, screened, 1, cfg)] == [seeds[0].tolist()]
+    assert aggregated_seeds(space, screened, 0, cfg) == []
     _, cfg, disagg_only = _case(modes=("disagg",))
-    assert aggregated_seeds(disagg_only, screen_plans(disagg_only, cfg, 4), 4) == []
+    assert aggregated_seeds(disagg_only, screen_plans(disagg_only, cfg, 4), 4, cfg) == []
+
+
+def test_aggregated_seed_at_low_load_is_one_worker():
+    """8 clients on one node, the screened decode pool holding 8 sequences, TTFT <= 500 ms: the first
+    aggregated seed is one worker (filling the cluster, 8 workers of one client each, runs at about an
+    eighth of the tokens/s per GPU), its prefill meeting the SLO as the screening prices it."""
+    from planner.serving.poolwise import _prefill_option, closed_screened_ttft
+
+    _, cfg, space = _case(concurrency=8)
+    screened = screen_plans(space, cfg, 4)
+    first = _seed_plans(space, screened, 1, cfg)[0]
+    assert first.pool.max_num_seqs >= 8 and first.pool.workers == 1 < max(_fits(space, first))
+    lay = (first.pool.strategy.tp, first.pool.strategy.ep, first.pool.strategy.pp)
+    prefill = _prefill_option(space, _costs(space)[lay], lay, cfg)
+    assert closed_screened_ttft(prefill, 1, cfg, screened[0].tpot_s, space.runtime)[0] <= cfg.ttft_slo_s
+
+
+def test_aggregated_seeds_fill_the_cluster_where_few_workers_miss_the_ttft():
+    """64 clients, TTFT <= 200 ms: one worker's batch holds them all, but its prompts would queue past the
+    SLO (the screening's prefill pricing), so every seed fills the cluster; at 500 ms the 2-GPU layout's
+    one worker keeps up and is seeded alone, while the 1-GPU layout still fills the node."""
+    _, cfg, space = _case(concurrency=64, ttft=0.2)
+    plans = _seed_plans(space, screen_plans(space, cfg, 4), 4, cfg)
+    assert plans and all(p.pool.workers == max(_fits(space, p)) for p in plans)
+    assert any(p.pool.max_num_seqs >= 64 and max(_fits(space, p)) > 1 for p in plans)  # one worker would hold them
+    _, cfg, space = _case(concurrency=64, ttft=0.5)
+    by_tp = {p.pool.strategy.tp: p.pool.workers for p in _seed_plans(space, screen_plans(space, cfg, 4), 4, cfg)}
+    assert by_tp[1] == 8 and by_tp[2] == 1
 
 
 def test_warm_start_adds_the_aggregated_seeds_in_what_the_eighth_leaves():
@@ -183,7 +227,7 @@ def test_warm_start_adds_the_aggregated_seeds_in_what_the_eighth_leaves():
     counterparts; each simulated once beside the Megatron-style plans."""
     ctx, cfg, space = _case()
     screened = screen_plans(space, cfg, 4)
-    agg = aggregated_seeds(space, screened, 8 - len(screened))
+    agg = aggregated_seeds(space, screened, 8 - len(screened), cfg)
     assert agg
     ev = ServingEvaluator(ctx, space, cfg, budget=64, pool_seeds=4)
     run_method("poolwise", ev, method_config(), 0)

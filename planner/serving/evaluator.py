@@ -189,7 +189,7 @@ class ServingEvaluator:
         k = min(self.pool_seeds, self.budget // 8) if seeds else 0
         screened = screen_plans(self.actions, self.cfg, k)
         extra = [s.action for s in screened] + aggregated_seeds(self.actions, screened,
-                                                                min(k, self.budget // 8 - len(screened)))
+                                                                min(k, self.budget // 8 - len(screened)), self.cfg)
         out = self.evaluate_actions(np.concatenate([heuristic, np.array(extra, dtype=np.int64).reshape(-1, heuristic.shape[1])]))
         runs = [(k, self.records[tuple(k)].tokens_per_s_per_gpu) for k, ok in zip(out.keys.tolist(), out.valid, strict=True)
                 if ok]

@@ -35,7 +35,20 @@ that screens well but simulates badly is just a poor plan in the history.
 Aggregated counterparts (:func:`aggregated_seeds`): the decode layouts the screening picks are the ones
 that decode this load best within the TPOT SLO, and an aggregated worker spends most of its steps
 decoding; so beside the disaggregated seeds the warm start simulates each picked decode layout as an
-aggregated plan that fills the cluster, as the Megatron-style warm start fills it with its one layout.
+aggregated plan, with that pool's ``max_num_seqs`` and as many workers as the cluster holds, as the
+Megatron-style warm start fills it with its one layout. At a low load that wastes GPUs: closed-loop
+clients need only ceil(clients / max_num_seqs) workers for all of them to run, and more only idle GPUs.
+So the seed takes that smaller count where the screening says it also meets the TTFT SLO. The check
+prices the workers' prompts as a prefill pool of the layout, decoding at the screened TPOT between them.
+That leaves out the decode steps the prompts share the GPUs with, so it is a necessary condition only.
+Where it fails the seed fills the cluster, as it does under open arrivals, which have no client count.
+The two ends:
+  - 8 clients of Llama-3.1-8B on one node (``small-dense``): filling the cluster seeded 8x(tp1), while
+    1x(tp1) is the optimum; at 40 simulations PPO, random search and the random walk then ended at 0.56
+    of it on some seeds (``python -m validation.serving_disagg --methods-on small-dense --budget 40``);
+  - DeepSeek-V3 at 256 clients on 64 GPUs (``deepseek-8node``): one worker per 256-sequence batch
+    cannot prefill the load in time, so the seeds fill the cluster, and 4x(tp1 ep16) is the optimum
+    (below).
 Without them a search whose seeds are all disaggregated can keep to that mode: on ``deepseek-8node``
 with ``sglang-deepep`` (256 clients, ISL 4096, OSL 512) PPO's 64 simulations returned a disaggregated
 plan at 116.5 tokens/s/GPU and never tried the aggregated 4x(tp1 ep16) at 128.7, the decode layout of
@@ -128,15 +141,19 @@ def _prompt_steps(cost: StepCost, runtime, isl: int, prompts: int, groups: int) 
     return total
 
 
-def screen_prefill(space: ServingSpace, costs: dict, cfg: ServingConfig) -> list[PrefillOption]:
-    """Each layout's prefill worker whose one-prompt step fits the TTFT SLO, most prompts/s per GPU first."""
+def _prefill_option(space: ServingSpace, cost: StepCost, lay: tuple[int, int, int], cfg: ServingConfig) -> PrefillOption | None:
+    """The layout's prefill worker, or None when its one-prompt step alone misses the TTFT SLO."""
     rt, isl = space.runtime, max(int(round(cfg.input_len.mean)), 1)
     k = max(rt.max_num_batched_tokens // isl, 1)
-    out = []
-    for lay in space.layouts:
-        one = _prompt_steps(costs[lay], rt, isl, 1, lay[1])
-        if cfg.ttft_slo_s is None or one <= cfg.ttft_slo_s:
-            out.append(PrefillOption(lay, one, _prompt_steps(costs[lay], rt, isl, k, lay[1]) if k > 1 else one, k))
+    one = _prompt_steps(cost, rt, isl, 1, lay[1])
+    if cfg.ttft_slo_s is not None and one > cfg.ttft_slo_s:
+        return None
+    return PrefillOption(lay, one, _prompt_steps(cost, rt, isl, k, lay[1]) if k > 1 else one, k)
+
+
+def screen_prefill(space: ServingSpace, costs: dict, cfg: ServingConfig) -> list[PrefillOption]:
+    """Each layout's prefill worker whose one-prompt step fits the TTFT SLO, most prompts/s per GPU first."""
+    out = [o for lay in space.layouts if (o := _prefill_option(space, costs[lay], lay, cfg)) is not None]
     return sorted(out, key=lambda o: -o.capacity_rps / o.gpus)
 
 
@@ -184,6 +201,19 @@ def closed_loop_ttft(p: PrefillOption, workers: int, clients: int, away_s: float
         else:
             hi = mid
     return prefill_ttft(p, workers, lo), lo
+
+
+def closed_screened_ttft(p: PrefillOption, workers: int, cfg: ServingConfig, tpot_s: float, runtime) -> tuple[float, float]:
+    """Screened mean TTFT and requests/s of the closed-loop clients of ``cfg`` on ``workers`` prefill workers
+    of ``p``, decoding at ``tpot_s`` between requests: the opening wave (every client's first prompt at
+    once) weighted by its share of the requests, the steady loop the rest, plus the request path and the
+    first decode step (module doc)."""
+    osl = max(float(cfg.output_len.mean), 1.0)
+    per_client = cfg.num_requests / cfg.concurrency if cfg.num_requests else 1.0
+    fixed = runtime.request_s + tpot_s
+    steady, rps = closed_loop_ttft(p, workers, int(cfg.concurrency), osl * tpot_s + fixed)
+    share = min(1.0 / per_client, 1.0)
+    return share * first_wave_ttft(p, workers, int(cfg.concurrency)) + (1 - share) * steady + fixed, rps
 
 
 class DecodeScreen:
@@ -241,10 +271,11 @@ def pool_seeds(space: ServingSpace, cfg: ServingConfig, k: int) -> list[np.ndarr
     return [s.action for s in screen_plans(space, cfg, k)]
 
 
-def aggregated_seeds(space: ServingSpace, screened: list[Screened], k: int) -> list[np.ndarray]:
+def aggregated_seeds(space: ServingSpace, screened: list[Screened], k: int, cfg: ServingConfig) -> list[np.ndarray]:
     """Up to ``k`` aggregated plans, one per distinct decode layout of ``screened`` (in its order): that
-    layout, its ``max_num_seqs`` and expert split, as many workers as the cluster holds (module doc);
-    none when the space holds no aggregated plans."""
+    layout, its ``max_num_seqs`` and expert split, as many workers as the cluster holds, or the fewest
+    that hold every closed-loop client where those also meet the TTFT SLO as the screening prices their
+    prefill (module doc); none when the space holds no aggregated plans."""
     if k < 1 or MODE_VALUES.index("agg") not in space.modes:
         return []
     out, seen = [], set()
@@ -256,7 +287,8 @@ def aggregated_seeds(space: ServingSpace, screened: list[Screened], k: int) -> l
         key = (st.tp, st.ep, st.pp, pool.moe_ep)
         if key in seen or not fits:
             continue
-        plan = ServingPlan("agg", pool=Pool(st, max(fits), pool.max_num_seqs, pool.moe_ep), spec_tokens=s.plan.spec_tokens)
+        workers = _agg_workers(space, (st.tp, st.ep, st.pp), fits, pool.max_num_seqs, s.tpot_s, cfg)
+        plan = ServingPlan("agg", pool=Pool(st, workers, pool.max_num_seqs, pool.moe_ep), spec_tokens=s.plan.spec_tokens)
         action = space.action_of(plan)
         if not space.inside(action)[0]:
             continue
@@ -265,6 +297,26 @@ def aggregated_seeds(space: ServingSpace, screened: list[Screened], k: int) -> l
         if len(out) == k:
             break
     return out
+
+
+def _agg_workers(space: ServingSpace, lay: tuple[int, int, int], fits: list[int], max_num_seqs: int, tpot_s: float,
+                 cfg: ServingConfig) -> int:
+    """Workers of an aggregated seed (module doc), among the counts ``fits`` the cluster holds: the fewest
+    whose batches hold every closed-loop client, ceil(clients / max_num_seqs), where those workers'
+    prompts, priced as a prefill pool of the layout decoding at ``tpot_s`` between them, meet the TTFT
+    SLO; else (or under open arrivals) the cluster's most."""
+    most = max(fits)
+    if cfg.arrival != "closed":
+        return most
+    need = -(-int(cfg.concurrency) // max(int(max_num_seqs), 1))
+    few = min((w for w in fits if w >= need), default=most)
+    if few == most:
+        return most
+    prefill = _prefill_option(space, StepCost(space.ctx, runtime_strategy(*lay), space.runtime), lay, cfg)
+    if prefill is None:
+        return most
+    ttft, _ = closed_screened_ttft(prefill, few, cfg, tpot_s, space.runtime)
+    return few if cfg.ttft_slo_s is None or ttft <= cfg.ttft_slo_s else most
 
 
 def screen_plans(space: ServingSpace, cfg: ServingConfig, k: int) -> list[Screened]:
@@ -280,7 +332,6 @@ def screen_plans(space: ServingSpace, cfg: ServingConfig, k: int) -> list[Screen
     # in a closed loop nearly every client is decoding (osl x TPOT dwarfs the prefill), so each of n_d
     # decode workers runs about clients / n_d sequences; open arrivals fill what the worker allows
     clients = float(cfg.concurrency) if closed else float("inf")
-    per_client = cfg.num_requests / cfg.concurrency if closed and cfg.num_requests else 1.0
     scored = []
     for lay in space.layouts:
         for seqs in space.heads[9].values:
@@ -293,15 +344,11 @@ def screen_plans(space: ServingSpace, cfg: ServingConfig, k: int) -> list[Screen
                         gpus = n_p * p.gpus + n_d * d.gpus
                         if gpus > space.num_gpus:
                             continue
-                        fixed = space.runtime.request_s + d.tpot_s  # request path, first decode step
                         if closed:
-                            steady, rps = closed_loop_ttft(p, n_p, int(cfg.concurrency), osl * d.tpot_s + fixed)
-                            share = min(1.0 / per_client, 1.0)
-                            first = first_wave_ttft(p, n_p, int(cfg.concurrency))
-                            ttft = share * first + (1 - share) * steady + fixed
+                            ttft, rps = closed_screened_ttft(p, n_p, cfg, d.tpot_s, space.runtime)
                         else:
                             rps = min(_offered_rps(cfg), n_p * p.capacity_rps * (1 - 1e-9))
-                            ttft = prefill_ttft(p, n_p, rps) + fixed
+                            ttft = prefill_ttft(p, n_p, rps) + space.runtime.request_s + d.tpot_s
                         if rps <= 0 or (cfg.ttft_slo_s is not None and ttft > cfg.ttft_slo_s):
                             continue
                         rps = min(rps, n_d * d.capacity_rps)
