@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from planner.serving import ServingEvaluator, method_config, run_method
+from planner.serving.agg_seeds import aggregated_seeds as _aggregated_seeds
+from planner.serving.agg_seeds import screened_decodes
 from planner.serving.poolwise import (
     DecodeScreen,
     PrefillOption,
-    aggregated_seeds,
     closed_loop_ttft,
     first_wave_ttft,
     pool_seeds,
@@ -141,8 +142,12 @@ def test_warm_start_adds_the_seeds_within_an_eighth_of_the_budget():
     heuristic = len(space.megatron())
     ev = ServingEvaluator(ctx, space, cfg, budget=16, pool_seeds=4)
     run_method("poolwise", ev, method_config(), 0)
-    assert ev.sims == heuristic + 2  # 16 // 8
-    assert sum(r.plan.mode == "disagg" for r in ev.records.values()) == 2
+    assert ev.sims == heuristic + 2  # 16 // 8: one disaggregated seed, one kept for its aggregated counterpart
+    assert sum(r.plan.mode == "disagg" for r in ev.records.values()) == 1
+    ev = ServingEvaluator(ctx, space, cfg, budget=8, pool_seeds=4)
+    run_method("poolwise", ev, method_config(), 0)
+    assert ev.sims == heuristic + 1  # an eighth of one: the disaggregated seed alone
+    assert sum(r.plan.mode == "disagg" for r in ev.records.values()) == 1
     ev = ServingEvaluator(ctx, space, cfg, budget=16, pool_seeds=4)
     run_method("megatron", ev, method_config(), 0)
     assert ev.sims == heuristic and all(r.plan.mode == "agg" for r in ev.records.values())
@@ -151,6 +156,11 @@ def test_warm_start_adds_the_seeds_within_an_eighth_of_the_budget():
     assert ev.sims == heuristic
     with pytest.raises(ValueError, match="pool_seeds"):
         ServingEvaluator(ctx, space, cfg, budget=8, pool_seeds=-1)
+
+
+def aggregated_seeds(space, screened, k, cfg):
+    """The aggregated counterparts of the screened disaggregated plans."""
+    return _aggregated_seeds(space, screened_decodes(screened), k, cfg)
 
 
 def _seed_plans(space, screened, k, cfg):
@@ -198,14 +208,14 @@ def test_aggregated_seed_at_low_load_is_one_worker():
     """8 clients on one node, the screened decode pool holding 8 sequences, TTFT <= 500 ms: the first
     aggregated seed is one worker (filling the cluster, 8 workers of one client each, runs at about an
     eighth of the tokens/s per GPU), its prefill meeting the SLO as the screening prices it."""
-    from planner.serving.poolwise import _prefill_option, closed_screened_ttft
+    from planner.serving.poolwise import closed_screened_ttft, prefill_option
 
     _, cfg, space = _case(concurrency=8)
     screened = screen_plans(space, cfg, 4)
     first = _seed_plans(space, screened, 1, cfg)[0]
     assert first.pool.max_num_seqs >= 8 and first.pool.workers == 1 < max(_fits(space, first))
     lay = (first.pool.strategy.tp, first.pool.strategy.ep, first.pool.strategy.pp)
-    prefill = _prefill_option(space, _costs(space)[lay], lay, cfg)
+    prefill = prefill_option(space, _costs(space)[lay], lay, cfg)
     assert closed_screened_ttft(prefill, 1, cfg, screened[0].tpot_s, space.runtime)[0] <= cfg.ttft_slo_s
 
 
@@ -235,6 +245,53 @@ def test_warm_start_adds_the_aggregated_seeds_in_what_the_eighth_leaves():
     assert ev.sims == len(expected)
     simulated = {tuple(int(x) for x in space.action_of(r.plan)) for r in ev.records.values()}
     assert {tuple(int(x) for x in a) for a in agg} <= simulated
+
+
+def _decode_score(space, pick, cfg):
+    """Output tokens/s per GPU of the pick's decode steps as the screening prices them (one worker)."""
+    screen = DecodeScreen(space, _costs(space), cfg)
+    d = screen.option(pick.layout, pick.pool.max_num_seqs, float(cfg.concurrency))
+    return d.sequences / (d.tpot_s * d.gpus)
+
+
+def test_screen_decodes_ranks_the_layouts_by_decode_throughput_per_gpu():
+    """Without disaggregated plans the decode screening picks the layouts alone: distinct, each within
+    the TPOT SLO, its one prompt within the TTFT SLO, best decode tokens/s per GPU first; none where no
+    prompt meets the TTFT SLO or the space has no aggregated plans."""
+    from dataclasses import replace
+
+    from planner.serving.agg_seeds import screen_decodes
+
+    _, cfg, space = _case(modes=("agg",), concurrency=8)
+    picks = screen_decodes(space, cfg, 8)
+    assert len(picks) == len({p.layout for p in picks}) == len(space.layouts)
+    assert picks[0].layout == (1, 1, 1) and picks[0].pool.max_num_seqs >= 8
+    assert all(p.tpot_s <= cfg.tpot_slo_s for p in picks)
+    scores = [_decode_score(space, p, cfg) for p in picks]
+    assert scores == sorted(scores, reverse=True) and scores[0] > scores[-1]
+    assert [p.layout for p in screen_decodes(space, cfg, 2)] == [p.layout for p in picks[:2]]
+    assert screen_decodes(space, cfg, 0) == []
+    assert screen_decodes(space, replace(cfg, ttft_slo_s=1e-6), 4) == []
+    assert screen_decodes(space, replace(cfg, tpot_slo_s=1e-6), 4) == []
+    _, cfg, disagg_only = _case(modes=("disagg",), concurrency=8)
+    assert screen_decodes(disagg_only, cfg, 4) == []
+
+
+def test_aggregated_only_warm_start_seeds_the_load_sized_plan():
+    """An aggregated-only space at 8 clients: the warm start simulates one worker of the best decode
+    layout beside the Megatron-style plans (which fill the node), and that seed is the best plan; with
+    ``pool_seeds`` 0 it is not simulated."""
+    ctx, cfg, space = _case(modes=("agg",), concurrency=8)
+    ev = ServingEvaluator(ctx, space, cfg, budget=24, pool_seeds=4)
+    run_method("poolwise", ev, method_config(), 0)
+    assert ev.sims == len(space.megatron()) + 3  # 24 // 8
+    best = ev.ranked()[0].plan
+    assert best.mode == "agg" and best.pool.workers == 1 and best.pool.strategy.tp == 1 and ev.ranked()[0].meets
+    assert all(r.plan.pool.workers == 8 for r in ev.ranked() if r.plan.pool.strategy.tp == 1
+               and r.plan.pool.workers != 1)  # the heuristic's tp1 plans fill the node
+    ev = ServingEvaluator(ctx, space, cfg, budget=24, pool_seeds=0)
+    run_method("poolwise", ev, method_config(), 0)
+    assert all(r.plan.pool.workers * r.plan.pool.strategy.tp == 8 for r in ev.records.values())
 
 
 def test_open_arrivals_fill_what_the_decode_worker_holds():

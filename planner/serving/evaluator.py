@@ -32,8 +32,9 @@ import numpy as np
 from simcore.serving import ServingConfig, ServingPlan, ServingResult, simulate_serving
 
 from ..evaluator import Outcome
-from .poolwise import aggregated_seeds, screen_plans
-from .space import ServingSpace
+from .agg_seeds import aggregated_seeds, screen_decodes, screened_decodes
+from .poolwise import screen_plans
+from .space import MODE_VALUES, ServingSpace
 
 __all__ = ["ServingEvaluator", "Record", "slo_miss"]
 
@@ -179,17 +180,21 @@ class ServingEvaluator:
                        np.array(valid, dtype=bool))
 
     def warm_start(self, seeds: bool = True) -> Outcome:
-        """The Megatron-style plans at every ``max_num_seqs``, then (``seeds``) the ``pool_seeds``
-        disaggregated plans the pool-by-pool screening ranks first (:func:`planner.serving.poolwise.screen_plans`;
-        at most ``budget // 8`` of them) and, within the same eighth of the budget, their decode layouts as
-        aggregated plans (:func:`planner.serving.poolwise.aggregated_seeds`);
+        """The Megatron-style plans at every ``max_num_seqs``, then (``seeds``) up to ``pool_seeds``
+        disaggregated plans the pool-by-pool screening ranks first (:func:`planner.serving.poolwise.screen_plans`)
+        and, within the same eighth of the budget, aggregated plans of their decode layouts, or of the
+        decode screening's where there are none (:mod:`planner.serving.agg_seeds`); where the space holds
+        both modes and the eighth two plans or more, one of them is left to an aggregated seed;
         sets :attr:`reference` to the best throughput of the former (met SLOs or not), else of the latter."""
         heuristic = np.array(self.actions.megatron())
         # the seeds take at most an eighth of the budget, so a small budget is left to the search itself
-        k = min(self.pool_seeds, self.budget // 8) if seeds else 0
-        screened = screen_plans(self.actions, self.cfg, k)
-        extra = [s.action for s in screened] + aggregated_seeds(self.actions, screened,
-                                                                min(k, self.budget // 8 - len(screened)), self.cfg)
+        eighth = self.budget // 8 if seeds and self.pool_seeds else 0
+        both = MODE_VALUES.index("agg") in self.actions.modes and MODE_VALUES.index("disagg") in self.actions.modes
+        kept_for_agg = 1 if both and eighth > 1 else 0
+        screened = screen_plans(self.actions, self.cfg, min(self.pool_seeds, eighth - kept_for_agg))
+        room = min(self.pool_seeds, eighth - len(screened))
+        decodes = screened_decodes(screened) or screen_decodes(self.actions, self.cfg, room)
+        extra = [s.action for s in screened] + aggregated_seeds(self.actions, decodes, room, self.cfg)
         out = self.evaluate_actions(np.concatenate([heuristic, np.array(extra, dtype=np.int64).reshape(-1, heuristic.shape[1])]))
         runs = [(k, self.records[tuple(k)].tokens_per_s_per_gpu) for k, ok in zip(out.keys.tolist(), out.valid, strict=True)
                 if ok]

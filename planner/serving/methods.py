@@ -7,13 +7,13 @@
 - ``megatron``: the Megatron-style heuristic alone (:meth:`ServingSpace.megatron`);
 - ``poolwise``: the warm start alone: the Megatron-style plans and the disaggregated plans that a pool-by-pool
   screening ranks first (DistServe's placement, aiconfigurator's disaggregated search;
-  :mod:`planner.serving.poolwise`), each simulated;
+  :mod:`planner.serving.poolwise`), and the aggregated seeds (:mod:`planner.serving.agg_seeds`), each simulated;
 - ``exact``: every plan of the space, when it holds at most ``exact_limit``;
 - ``tpe``, ``cmaes``: Optuna's samplers (the optional extra ``.[optuna]``; CMA-ES needs ``cmaes``),
   one integer parameter per head, each proposal projected onto the masks (:meth:`ServingSpace.project`).
 
-Every method but ``megatron`` starts from the same warm start (the heuristic's plans and the pool-by-pool
-seeds, ``serving.search.pool_seeds`` of them) and stops when the budget of simulations is spent.
+Every method but ``megatron`` starts from the same warm start (the heuristic's plans, the pool-by-pool
+seeds, ``serving.search.pool_seeds`` of them, and the aggregated seeds of :mod:`planner.serving.agg_seeds`) and stops when the budget of simulations is spent.
 """
 
 from __future__ import annotations

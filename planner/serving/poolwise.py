@@ -32,27 +32,8 @@ and the runtime's host time, overlapped where the runtime overlaps it), nothing 
 The screening only orders candidates; every seed is then simulated like any other plan, and a seed
 that screens well but simulates badly is just a poor plan in the history.
 
-Aggregated counterparts (:func:`aggregated_seeds`): the decode layouts the screening picks are the ones
-that decode this load best within the TPOT SLO, and an aggregated worker spends most of its steps
-decoding; so beside the disaggregated seeds the warm start simulates each picked decode layout as an
-aggregated plan, with that pool's ``max_num_seqs`` and as many workers as the cluster holds, as the
-Megatron-style warm start fills it with its one layout. At a low load that wastes GPUs: closed-loop
-clients need only ceil(clients / max_num_seqs) workers for all of them to run, and more only idle GPUs.
-So the seed takes that smaller count where the screening says it also meets the TTFT SLO. The check
-prices the workers' prompts as a prefill pool of the layout, decoding at the screened TPOT between them.
-That leaves out the decode steps the prompts share the GPUs with, so it is a necessary condition only.
-Where it fails the seed fills the cluster, as it does under open arrivals, which have no client count.
-The two ends:
-  - 8 clients of Llama-3.1-8B on one node (``small-dense``): filling the cluster seeded 8x(tp1), while
-    1x(tp1) is the optimum; at 40 simulations PPO, random search and the random walk then ended at 0.56
-    of it on some seeds (``python -m validation.serving_disagg --methods-on small-dense --budget 40``);
-  - DeepSeek-V3 at 256 clients on 64 GPUs (``deepseek-8node``): one worker per 256-sequence batch
-    cannot prefill the load in time, so the seeds fill the cluster, and 4x(tp1 ep16) is the optimum
-    (below).
-Without them a search whose seeds are all disaggregated can keep to that mode: on ``deepseek-8node``
-with ``sglang-deepep`` (256 clients, ISL 4096, OSL 512) PPO's 64 simulations returned a disaggregated
-plan at 116.5 tokens/s/GPU and never tried the aggregated 4x(tp1 ep16) at 128.7, the decode layout of
-its own second seed.
+Aggregated counterparts of these seeds, and aggregated seeds where the space has no disaggregated
+plans, are :mod:`planner.serving.agg_seeds`'s.
 """
 
 from __future__ import annotations
@@ -68,7 +49,7 @@ from simcore.serving.step_cost import GroupBatch, StepCost
 
 from .space import MODE_VALUES, ServingSpace
 
-__all__ = ["pool_seeds", "aggregated_seeds", "screen_plans", "Screened", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "prefill_ttft",
+__all__ = ["pool_seeds", "screen_plans", "Screened", "prefill_option", "closed_screened_ttft", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "prefill_ttft",
            "first_wave_ttft", "closed_loop_ttft"]
 
 #: prefill layouts kept for pairing (the most prompts/s per GPU)
@@ -141,7 +122,7 @@ def _prompt_steps(cost: StepCost, runtime, isl: int, prompts: int, groups: int) 
     return total
 
 
-def _prefill_option(space: ServingSpace, cost: StepCost, lay: tuple[int, int, int], cfg: ServingConfig) -> PrefillOption | None:
+def prefill_option(space: ServingSpace, cost: StepCost, lay: tuple[int, int, int], cfg: ServingConfig) -> PrefillOption | None:
     """The layout's prefill worker, or None when its one-prompt step alone misses the TTFT SLO."""
     rt, isl = space.runtime, max(int(round(cfg.input_len.mean)), 1)
     k = max(rt.max_num_batched_tokens // isl, 1)
@@ -153,7 +134,7 @@ def _prefill_option(space: ServingSpace, cost: StepCost, lay: tuple[int, int, in
 
 def screen_prefill(space: ServingSpace, costs: dict, cfg: ServingConfig) -> list[PrefillOption]:
     """Each layout's prefill worker whose one-prompt step fits the TTFT SLO, most prompts/s per GPU first."""
-    out = [o for lay in space.layouts if (o := _prefill_option(space, costs[lay], lay, cfg)) is not None]
+    out = [o for lay in space.layouts if (o := prefill_option(space, costs[lay], lay, cfg)) is not None]
     return sorted(out, key=lambda o: -o.capacity_rps / o.gpus)
 
 
@@ -269,54 +250,6 @@ def pool_seeds(space: ServingSpace, cfg: ServingConfig, k: int) -> list[np.ndarr
     """The ``k`` disaggregated plans the pool-by-pool screening ranks first, as actions of ``space``
     (none when the space holds no disaggregated plans or nothing screens feasible)."""
     return [s.action for s in screen_plans(space, cfg, k)]
-
-
-def aggregated_seeds(space: ServingSpace, screened: list[Screened], k: int, cfg: ServingConfig) -> list[np.ndarray]:
-    """Up to ``k`` aggregated plans, one per distinct decode layout of ``screened`` (in its order): that
-    layout, its ``max_num_seqs`` and expert split, as many workers as the cluster holds, or the fewest
-    that hold every closed-loop client where those also meet the TTFT SLO as the screening prices their
-    prefill (module doc); none when the space holds no aggregated plans."""
-    if k < 1 or MODE_VALUES.index("agg") not in space.modes:
-        return []
-    out, seen = [], set()
-    for s in screened:
-        pool = s.plan.decode
-        st = pool.strategy
-        gpus = st.tp * st.ep * st.pp
-        fits = [w for w in space.heads[4].values if w * gpus <= space.num_gpus]
-        key = (st.tp, st.ep, st.pp, pool.moe_ep)
-        if key in seen or not fits:
-            continue
-        workers = _agg_workers(space, (st.tp, st.ep, st.pp), fits, pool.max_num_seqs, s.tpot_s, cfg)
-        plan = ServingPlan("agg", pool=Pool(st, workers, pool.max_num_seqs, pool.moe_ep), spec_tokens=s.plan.spec_tokens)
-        action = space.action_of(plan)
-        if not space.inside(action)[0]:
-            continue
-        seen.add(key)
-        out.append(action)
-        if len(out) == k:
-            break
-    return out
-
-
-def _agg_workers(space: ServingSpace, lay: tuple[int, int, int], fits: list[int], max_num_seqs: int, tpot_s: float,
-                 cfg: ServingConfig) -> int:
-    """Workers of an aggregated seed (module doc), among the counts ``fits`` the cluster holds: the fewest
-    whose batches hold every closed-loop client, ceil(clients / max_num_seqs), where those workers'
-    prompts, priced as a prefill pool of the layout decoding at ``tpot_s`` between them, meet the TTFT
-    SLO; else (or under open arrivals) the cluster's most."""
-    most = max(fits)
-    if cfg.arrival != "closed":
-        return most
-    need = -(-int(cfg.concurrency) // max(int(max_num_seqs), 1))
-    few = min((w for w in fits if w >= need), default=most)
-    if few == most:
-        return most
-    prefill = _prefill_option(space, StepCost(space.ctx, runtime_strategy(*lay), space.runtime), lay, cfg)
-    if prefill is None:
-        return most
-    ttft, _ = closed_screened_ttft(prefill, few, cfg, tpot_s, space.runtime)
-    return few if cfg.ttft_slo_s is None or ttft <= cfg.ttft_slo_s else most
 
 
 def screen_plans(space: ServingSpace, cfg: ServingConfig, k: int) -> list[Screened]:

@@ -64,8 +64,10 @@ class ServingSearchConfig:
     concurrency (or rate) for the Pareto front, on which the ``pareto_plans`` best plans of each mode
     are simulated; ``tpot_grid_ms``: TPOT targets of the best-plan-per-SLO table (TTFT stays the
     configured one); ``exact_limit``: most plans ``planner=exact`` enumerates; ``pool_seeds``: disaggregated
-    plans the warm start adds, ranked pool by pool, then as many of their decode layouts as aggregated
-    plans as the budget's eighth still holds (``planner.serving.poolwise``; 0: none of either)."""
+    plans the warm start adds, ranked pool by pool (``planner.serving.poolwise``; one of the budget's
+    eighth kept for an aggregated seed where both modes are searched), then as many aggregated plans of
+    their decode layouts, or of the decode screening's without them, as the eighth still holds
+    (``planner.serving.agg_seeds``); 0: none of either."""
 
     budget: int = 64
     tp: list[int] | None = None
