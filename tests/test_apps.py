@@ -174,16 +174,54 @@ def test_plan_with_unknown_operator_is_rejected(tmp_path):
     assert proc.returncode == 2 and "ffn7" in proc.stderr, proc.stderr
 
 
+def _one_line(proc) -> str:
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
 def test_unknown_group_option_lists_choices(tmp_path):
-    proc = app("search", "model=gpt-7", cwd=tmp_path)
-    assert proc.returncode == 2 and "llama-3.1-70b" in proc.stderr
+    line = _one_line(app("search", "model=gpt-7", cwd=tmp_path))
+    assert "model/gpt-7" in line and "llama-3.1-70b, llama-3.1-8b" in line and "search path" not in line
 
 
 @pytest.mark.parametrize("name", ["search", "sim", "validate", "report"])
 def test_a_value_of_the_wrong_type_exits_2_naming_the_key(tmp_path, name):
     key = {"search": "planner.polish", "sim": "sim.contention", "validate": "study.quick", "report": "megatron"}[name]
-    proc = app(name, f"{key}=maybe", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
-    assert proc.returncode == 2 and key in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert key in _one_line(app(name, f"{key}=maybe", f"hydra.run.dir={tmp_path}", cwd=tmp_path))
+
+
+@pytest.mark.parametrize("name", ["search", "sim", "validate", "report"])
+def test_an_unknown_key_or_a_malformed_override_is_one_line(tmp_path, name):
+    key = {"search": "serving.arrival", "sim": "sim.contentions", "validate": "study.quik", "report": "bogus"}[name]
+    line = _one_line(app(name, f"{key}=1", f"hydra.run.dir={tmp_path}", cwd=tmp_path))
+    assert f"'{key}'" in line and f"+{key}=1" in line
+    assert "planner.budget=[" in _one_line(app(name, "planner.budget=[", f"hydra.run.dir={tmp_path}", cwd=tmp_path))
+
+
+def test_hydra_full_error_set_by_the_user_keeps_hydras_report(tmp_path):
+    import os
+
+    env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
+    proc = subprocess.run([sys.executable, "-c", ENTRY["search"], "serving.arrival=1", f"hydra.run.dir={tmp_path}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "ConfigCompositionException" in proc.stderr
+
+
+def test_config_error_line_joins_a_list_and_drops_what_names_no_field():
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+    from omegaconf.errors import ValidationError
+
+    from simcore.apps.common import config_error_line
+
+    missing = ConfigCompositionException("In 'x': Could not find 'model/m'\n\nAvailable options in 'model':\n\ta\n\tb\n"
+                                         "Config search path:\n\tprovider=main, path=pkg://conf")
+    assert config_error_line(missing) == "In 'x': Could not find 'model/m'; Available options in 'model': a, b"
+    merged = ConfigCompositionException("Error merging override p.q=maybe")
+    merged.__cause__ = ValidationError("Value 'maybe' is not a valid bool\n    full_key: p.q\n    object_type=P")
+    assert config_error_line(merged) == "Error merging override p.q=maybe; Value 'maybe' is not a valid bool"
+    assert config_error_line(OverrideParseException("a=[", "no viable alternative")) == "a=[: no viable alternative"
 
 
 @pytest.mark.parametrize("name", ["search", "sim", "validate", "report"])

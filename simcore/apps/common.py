@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import jsonline
 
 __all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
-           "check_known_keys"]
+           "check_known_keys", "config_errors_exit_2", "config_error_line"]
 
 
 def console():
@@ -44,23 +44,82 @@ def _in_sweep() -> bool:
 
 
 _TASK_STARTED = False  # set once Hydra has composed the config and called the app's function
+_FULL_ERROR_OURS = False  # HYDRA_FULL_ERROR set by config_errors_exit_2 until the task starts
+
+#: lines of Hydra's and OmegaConf's messages that say nothing about the bad field
+_NOISE = ("full_key:", "reference_type=", "object_type=", "Set the environment variable HYDRA_FULL_ERROR",
+          "See https://hydra.cc/")
+
+
+def config_error_line(exc: BaseException) -> str:
+    """Hydra's message for a config it cannot compose (and its OmegaConf cause) as one line: each of its
+    lines in order, an indented list (a group's options) joined with commas after its heading, the
+    search path and the lines that name no field left out."""
+    parts: list[tuple[str, list[str]]] = []
+    for e in (exc, exc.__cause__):
+        if e is None or (parts and str(e).strip() in parts[0][0]):
+            continue
+        for raw in str(e).splitlines():
+            line = raw.strip()
+            if line == "Config search path:":
+                break
+            if not line or line.startswith(_NOISE):
+                continue
+            if raw[:1] in ("\t", " ") and parts and parts[-1][0].endswith(":"):
+                parts[-1][1].append(line)  # an item of the list its heading opened
+            else:
+                parts.append((line, []))
+    text = "; ".join(head.rstrip(".") + (" " + ", ".join(items) if items else "") for head, items in parts)
+    override = getattr(exc, "override", None)  # a malformed override: its message does not quote it
+    if isinstance(override, str) and override not in text:
+        text = f"{override}: {text}"
+    return text or type(exc).__name__
+
+
+def _task_started() -> None:
+    """The app's function runs: errors from here on are the app's (:func:`cli_errors`), and Hydra's own
+    reporting of anything else is back as the user set it."""
+    global _TASK_STARTED, _FULL_ERROR_OURS
+    _TASK_STARTED = True
+    if _FULL_ERROR_OURS:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+        _FULL_ERROR_OURS = False
 
 
 def config_errors_exit_2(entry: Callable) -> Callable:
-    """Console entry around a ``@hydra.main`` app: Hydra reports a config it cannot compose (a value
-    of the wrong type, an unknown group option, a malformed override) and exits 1 before the app's
-    function runs; that is bad input, so exit 2 as :func:`cli_errors` does. Hydra's message (naming
-    the key, or listing a group's choices) is kept as it is."""
+    """Console entry around a ``@hydra.main`` app: a config Hydra cannot compose (a value of the wrong
+    type, an unknown key or group option, a malformed override) is bad input, reported before the app's
+    function runs; it becomes one line naming the key (:func:`config_error_line`) and exit 2, as
+    :func:`cli_errors` reports the app's own. Hydra prints such errors over several lines and exits 1,
+    unless ``HYDRA_FULL_ERROR=1`` lets them through, so the wrapper sets it until the app's function
+    starts (a user's own ``HYDRA_FULL_ERROR=1`` gets Hydra's full report as before). A multirun's jobs
+    run in workers and keep Hydra's handling."""
 
     @functools.wraps(entry)
     def wrapper(*args, **kwargs):
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        global _FULL_ERROR_OURS
+        multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+        if not multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
+            os.environ["HYDRA_FULL_ERROR"] = "1"
+            _FULL_ERROR_OURS = True
         try:
             return entry(*args, **kwargs)
         except SystemExit as exc:
-            multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])  # jobs run in workers
             if exc.code == 1 and not _TASK_STARTED and not multirun:
                 sys.exit(2)
             raise
+        except (HydraException, OmegaConfBaseException) as exc:
+            if not _FULL_ERROR_OURS:  # the app's function ran, or the user asked for Hydra's report
+                raise
+            print(f"error: {config_error_line(exc)}", file=sys.stderr)
+            sys.exit(2)
+        finally:
+            if _FULL_ERROR_OURS:
+                os.environ.pop("HYDRA_FULL_ERROR", None)
+                _FULL_ERROR_OURS = False
 
     return wrapper
 
@@ -77,8 +136,7 @@ def cli_errors(func: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         from omegaconf.errors import OmegaConfBaseException
 
-        global _TASK_STARTED
-        _TASK_STARTED = True
+        _task_started()
         try:
             return func(*args, **kwargs)
         except (ValueError, KeyError, FileNotFoundError, OmegaConfBaseException) as exc:
