@@ -62,7 +62,10 @@ def test_a_failing_job_does_not_stop_the_sweep_and_the_report_names_it(tmp_path)
     sweep = tmp_path / "multirun"
     proc = app("search", "-m", *FAST, "model=llama-3.1-70b,deepseek-v3", "topology.num_nodes=0,1",
                f"hydra.sweep.dir={sweep}", cwd=tmp_path)
-    assert proc.returncode != 0 and "error: topology.num_nodes must be positive, got 0" in proc.stderr
+    assert proc.returncode == 2 and "error: topology.num_nodes must be positive, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1] == (
+        "error: a job of the sweep had bad input: topology.num_nodes must be positive, got 0 "
+        "(`shard-report` lists every job)"), proc.stderr
     jobs = _jobs(sweep)
     assert len(jobs) == 4 and [(j / "results.json").is_file() for j in jobs] == [False, True, False, True]
     rows, out = _report(sweep, tmp_path, "simulate=false")
@@ -76,7 +79,7 @@ def test_a_failing_job_does_not_stop_the_sweep_and_the_report_names_it(tmp_path)
 def test_a_misspelled_option_in_a_sweep_lists_the_choices_and_starts_no_job(tmp_path):
     sweep = tmp_path / "multirun"
     proc = app("search", "-m", *FAST, "topology=hgx-h100,h100-ib-rial", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
-    assert proc.returncode != 0
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "h100-ib-rial" in proc.stderr and all(t in proc.stderr for t in ("h100-ib-rail", "gb200-nvl72"))
     assert not sweep.exists() or not [d for d in sweep.iterdir() if d.is_dir()]
 

@@ -44,7 +44,7 @@ def _in_sweep() -> bool:
 
 
 _TASK_STARTED = False  # set once Hydra has composed the config and called the app's function
-_FULL_ERROR_OURS = False  # HYDRA_FULL_ERROR set by config_errors_exit_2 until the task starts
+_FULL_ERROR_OURS = False  # HYDRA_FULL_ERROR set by config_errors_exit_2 for the run
 
 #: lines of Hydra's and OmegaConf's messages that say nothing about the bad field
 _NOISE = ("full_key:", "reference_type=", "object_type=", "Set the environment variable HYDRA_FULL_ERROR",
@@ -77,23 +77,24 @@ def config_error_line(exc: BaseException) -> str:
 
 
 def _task_started() -> None:
-    """The app's function runs: errors from here on are the app's (:func:`cli_errors`), and Hydra's own
-    reporting of anything else is back as the user set it."""
-    global _TASK_STARTED, _FULL_ERROR_OURS
+    """The app's function runs: errors from here on are the app's (:func:`cli_errors`)."""
+    global _TASK_STARTED
     _TASK_STARTED = True
-    if _FULL_ERROR_OURS:
-        os.environ.pop("HYDRA_FULL_ERROR", None)
-        _FULL_ERROR_OURS = False
 
 
 def config_errors_exit_2(entry: Callable) -> Callable:
-    """Console entry around a ``@hydra.main`` app: a config Hydra cannot compose (a value of the wrong
-    type, an unknown key or group option, a malformed override) is bad input, reported before the app's
-    function runs; it becomes one line naming the key (:func:`config_error_line`) and exit 2, as
-    :func:`cli_errors` reports the app's own. Hydra prints such errors over several lines and exits 1,
-    unless ``HYDRA_FULL_ERROR=1`` lets them through, so the wrapper sets it until the app's function
-    starts (a user's own ``HYDRA_FULL_ERROR=1`` gets Hydra's full report as before). A multirun's jobs
-    run in workers and keep Hydra's handling."""
+    """Console entry around a ``@hydra.main`` app, so that Hydra's own errors are one line too.
+
+    - A config Hydra cannot compose (a value of the wrong type, an unknown key or group option, a
+      malformed override; a sweep's jobs are composed before any runs) is bad input: one line naming
+      the key (:func:`config_error_line`), exit 2, as :func:`cli_errors` reports the app's own.
+    - A sweep whose job had bad input (:class:`JobFailed`; Hydra names the job on the line before, the
+      job's own line is in its log and in ``shard-report``): one line naming the field, exit 2.
+
+    Hydra prints the first over several lines and the second with a traceback, and exits 1, unless
+    ``HYDRA_FULL_ERROR=1`` lets the exception through; so the wrapper sets it for the run. Any other
+    exception is a bug and keeps its traceback. A user's own ``HYDRA_FULL_ERROR=1`` gets Hydra's full
+    report as before."""
 
     @functools.wraps(entry)
     def wrapper(*args, **kwargs):
@@ -102,7 +103,7 @@ def config_errors_exit_2(entry: Callable) -> Callable:
 
         global _FULL_ERROR_OURS
         multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
-        if not multirun and os.environ.get("HYDRA_FULL_ERROR") != "1":
+        if os.environ.get("HYDRA_FULL_ERROR") != "1":
             os.environ["HYDRA_FULL_ERROR"] = "1"
             _FULL_ERROR_OURS = True
         try:
@@ -112,9 +113,14 @@ def config_errors_exit_2(entry: Callable) -> Callable:
                 sys.exit(2)
             raise
         except (HydraException, OmegaConfBaseException) as exc:
-            if not _FULL_ERROR_OURS:  # the app's function ran, or the user asked for Hydra's report
+            if not _FULL_ERROR_OURS or _TASK_STARTED:  # the user asked for Hydra's report, or not composition
                 raise
             print(f"error: {config_error_line(exc)}", file=sys.stderr)
+            sys.exit(2)
+        except JobFailed as exc:
+            if not _FULL_ERROR_OURS:
+                raise
+            print(f"error: a job of the sweep had bad input: {exc} (`shard-report` lists every job)", file=sys.stderr)
             sys.exit(2)
         finally:
             if _FULL_ERROR_OURS:
