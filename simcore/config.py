@@ -8,6 +8,7 @@ are converted to SI here and nowhere else.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from .engine.simulate import EngineConfig
 
 __all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig", "SpaceConfig",
            "build_context", "build_workload", "build_cluster", "build_graph", "build_engine_config", "build_space",
-           "ConfigError"]
+           "ConfigError", "slo_seconds"]
 
 
 class ConfigError(ValueError):
@@ -112,15 +113,23 @@ def build_engine_config(cfg) -> EngineConfig:
     return OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cfg
 
 
+def slo_seconds(value_ms, name: str) -> float | None:
+    """An SLO given in ms (``None``: no target) in seconds; checked here, at the input, so that the error
+    names the field ``name`` as the user set it."""
+    if value_ms is None:
+        return None
+    if not (float(value_ms) > 0 and math.isfinite(float(value_ms))):
+        raise ConfigError(f"{name} must be a positive number of milliseconds, got {value_ms!r}")
+    return float(value_ms) / 1e3
+
+
 def build_workload(cfg: WorkloadConfig):
     from .workload import Workload
 
-    def ms(v):
-        return None if v is None else float(v) / 1e3
-
     return Workload(phase=cfg.phase, precision=cfg.precision, kv_precision=getattr(cfg, "kv_precision", None),
                     input_len=int(cfg.input_len),
-                    output_len=int(cfg.output_len), ttft_slo_s=ms(cfg.ttft_slo_ms), tpot_slo_s=ms(cfg.tpot_slo_ms))
+                    output_len=int(cfg.output_len), ttft_slo_s=slo_seconds(cfg.ttft_slo_ms, "workload.ttft_slo_ms"),
+                    tpot_slo_s=slo_seconds(cfg.tpot_slo_ms, "workload.tpot_slo_ms"))
 
 
 def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
@@ -131,6 +140,9 @@ def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
         if not topology.path:
             raise ConfigError("topology.path: required when topology.name is custom")
         return load_topology_yaml(topology.path)
+    if topology.path:  # a file that would be silently left unread
+        raise ConfigError(f"topology.path: {topology.path} is read only under topology=custom, "
+                          f"got topology {topology.name}")
     if topology.num_nodes < 1:
         raise ConfigError(f"topology.num_nodes must be positive, got {topology.num_nodes}")
     if topology.oversubscription <= 0:

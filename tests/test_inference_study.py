@@ -67,8 +67,8 @@ def test_error_figures_on_a_hand_made_csv_are_per_split(tmp_path):
 
 
 def test_a_bad_split_value_skips_the_row(tmp_path):
-    summary = run(_write_rows(tmp_path / "in.csv", [GOOD | {"split": "train"}]), tmp_path / "out")
-    assert summary["rows_used"] == 0 and "train" in summary["skipped"][0]["reason"]
+    summary = run(_write_rows(tmp_path / "in.csv", [GOOD | {"split": "train"}, GOOD]), tmp_path / "out")
+    assert summary["rows_used"] == 1 and "train" in summary["skipped"][0]["reason"]
 
 
 def _rows(path) -> list[dict]:

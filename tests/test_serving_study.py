@@ -82,7 +82,7 @@ def test_the_study_survives_bad_rows(tmp_path):
 
 def test_a_data_file_without_rows_is_an_error(tmp_path):
     data = tmp_path / "empty.csv"
-    data.write_text(",".join(_BASE) + "\n")
+    data.write_text(",".join([*_BASE, "model_path"]) + "\n")
     with pytest.raises(ValueError, match="holds no rows"):
         load_cases(data)
 

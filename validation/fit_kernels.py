@@ -39,6 +39,7 @@ from simcore.hardware import GpuSpec, get_gpu
 from simcore.kernels import DECODE_ATTENTION_FILL_S, attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
 from validation import jsonline
 from validation.split import BadInput, refuse_test_rows, run_script, split_label, split_of
+from validation.studies.common import read_csv
 
 __all__ = ["Sample", "load_samples", "fit", "fit_decode_fill", "evaluate", "main"]
 
@@ -219,10 +220,10 @@ def _time(quantity: str, scale: float, flops: float, size_bytes: float) -> float
     return (flops if quantity == "flops_rate" else size_bytes) / scale
 
 
-def load_samples(path: Path) -> tuple[list[Sample], list[tuple[int, str, str]]]:
-    """Usable samples and skipped rows ``(line, kernel, reason)`` of one CSV."""
-    with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+def load_samples(path: Path, field: str = "data") -> tuple[list[Sample], list[tuple[int, str, str]]]:
+    """Usable samples and skipped rows ``(line, kernel, reason)`` of one CSV; ``ValueError`` naming
+    ``field`` for a file without the schema's columns."""
+    _, rows = read_csv(path, ("kernel", "shape_or_size", "dtype", "value", "unit"), field)
     throughput_keys = {(r["kernel"], r["shape_or_size"], r["dtype"]) for r in rows
                        if _UNITS.get(r["unit"].strip().lower().replace(" ", ""), ("",))[0] == "flops_rate"}
     samples, skipped = [], []
@@ -380,7 +381,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         if not args.no_fit:  # constants are fitted on fit rows only
             with open(path, newline="") as handle:
                 refuse_test_rows(csv.DictReader(handle), path)
-        used, dropped = load_samples(path)
+        try:
+            used, dropped = load_samples(path, "--data")
+        except ValueError as exc:
+            raise BadInput(f"error: {exc}") from None
         samples += used
         prefix = f"{path.name}:" if len(args.data) > 1 else ""
         skipped += [(f"{prefix}{line}", kernel, reason) for line, kernel, reason in dropped]

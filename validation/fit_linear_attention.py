@@ -24,7 +24,6 @@ ends with one JSON line. Bad input (missing file or column, no usable rows, unkn
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
@@ -37,6 +36,7 @@ from simcore import linear_attention as gdn
 from simcore.hardware import get_gpu
 from validation import jsonline
 from validation.split import split_of
+from validation.studies.common import read_csv
 
 __all__ = ["BadInput", "load_rows", "model_s", "fit", "main"]
 
@@ -55,31 +55,30 @@ def load_rows(path: Path) -> list[dict]:
     """The delta-rule rows of ``path``: phase, sizes, measured seconds, tensor-parallel degree."""
     if not path.is_file():
         raise BadInput(f"--data: no such file {path}")
-    with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = {"kernel", "shape_or_size", "value", "unit"} - set(reader.fieldnames or ())
-        if missing:
-            raise BadInput(f"--data: {path} lacks column(s) {', '.join(sorted(missing))}")
-        rows = []
-        for line, r in enumerate(reader, start=2):
-            if r["kernel"] not in KERNELS:
-                continue
-            fields = dict(part.split("=", 1) for part in r["shape_or_size"].split() if "=" in part)
-            absent = [k for k in SIZES if k not in fields]
-            if absent:
-                raise BadInput(f"--data: line {line}: shape_or_size lacks {', '.join(absent)}")
-            if r["unit"] != "us":
-                raise BadInput(f"--data: line {line}: unit {r['unit']!r}, expected 'us'")
-            try:
-                sizes = {k: int(fields[k]) for k in SIZES}
-                seconds = float(r["value"]) * 1e-6
-            except ValueError as err:
-                raise BadInput(f"--data: line {line}: {err}") from None
-            if seconds <= 0 or min(sizes.values()) < 1:
-                raise BadInput(f"--data: line {line}: sizes and value must be positive")
-            rows.append({"line": line, "phase": KERNELS[r["kernel"]], "tp": int(fields.get("tp", 1)),
-                         "split": split_of(r),
-                         "model": fields.get("model", "?"), "seconds": seconds, **sizes})
+    try:
+        _, raw = read_csv(path, ("kernel", "shape_or_size", "unit", "value"), "--data")
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    rows = []
+    for line, r in enumerate(raw, start=2):
+        if r["kernel"] not in KERNELS:
+            continue
+        fields = dict(part.split("=", 1) for part in r["shape_or_size"].split() if "=" in part)
+        absent = [k for k in SIZES if k not in fields]
+        if absent:
+            raise BadInput(f"--data: line {line}: shape_or_size lacks {', '.join(absent)}")
+        if r["unit"] != "us":
+            raise BadInput(f"--data: line {line}: unit {r['unit']!r}, expected 'us'")
+        try:
+            sizes = {k: int(fields[k]) for k in SIZES}
+            seconds = float(r["value"]) * 1e-6
+        except ValueError as err:
+            raise BadInput(f"--data: line {line}: {err}") from None
+        if seconds <= 0 or min(sizes.values()) < 1:
+            raise BadInput(f"--data: line {line}: sizes and value must be positive")
+        rows.append({"line": line, "phase": KERNELS[r["kernel"]], "tp": int(fields.get("tp", 1)),
+                     "split": split_of(r),
+                     "model": fields.get("model", "?"), "seconds": seconds, **sizes})
     if not rows:
         raise BadInput(f"--data: {path} has no rows of kernel {' or '.join(map(repr, KERNELS))}")
     return rows

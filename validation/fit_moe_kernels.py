@@ -55,7 +55,6 @@ scores the shipped value on any rows. Ends with one JSON line.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import re
 from pathlib import Path
@@ -68,6 +67,7 @@ from simcore.serving import get_runtime
 from validation import jsonline
 from validation.measure_h100 import HARDWARE
 from validation.split import BadInput, refuse_test_rows, run_script
+from validation.studies.common import read_csv
 
 __all__ = ["main", "fused_moe_s", "grouped_gemm_s", "load_rows", "load_grouped_rows", "GRID"]
 
@@ -114,14 +114,11 @@ def grouped_gemm_s(gpu, b: int, m: int, n: int, k: int, precision: str, moe_gemm
 
 def _read(path: Path, need: tuple[str, ...]) -> list[dict]:
     try:
-        with Path(path).open(newline="") as f:
-            raw = list(csv.DictReader(f))
+        return read_csv(path, need, "--data")[1]
     except OSError as exc:
         raise BadInput(f"error: --data {path}: {exc.strerror or exc}") from None
-    missing = [c for c in need if raw and c not in raw[0]]
-    if missing:
-        raise BadInput(f"error: --data {path}: missing column(s) {', '.join(missing)}")
-    return raw
+    except ValueError as exc:
+        raise BadInput(f"error: {exc}") from None
 
 
 def load_rows(path: Path) -> list[dict]:

@@ -27,9 +27,9 @@ from omegaconf import OmegaConf
 from rich.table import Table
 
 from simcore.apps.common import UserError, atomic_write_json, atomic_write_text, console, run_dir
-from simcore.apps.serving import build_serving_config, build_serving_context
+from simcore.apps.serving import build_serving_config, build_serving_context, plan_launch, write_launch
 from simcore.config import build_graph
-from simcore.export.serving import SERVING_TARGETS, serving_launch
+from simcore.export.serving import SERVING_TARGETS
 
 from ..apps.outputs import write_metrics
 from ..checkpoint import StopRequest
@@ -69,6 +69,12 @@ def serving_space(ctx, scfg, search, method: str) -> ServingSpace:
     for name in ("tp", "ep"):  # null: every degree; an empty list would silently mean the same
         if search.get(name) is not None and len(search[name]) == 0:
             raise UserError(f"serving.search.{name}: an empty list; give the degrees to search, or null for all")
+    for name in ("tp", "ep", "pp", "max_num_seqs"):
+        values = [] if search.get(name) is None else list(search[name])
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+            raise UserError(f"serving.search.{name} must list positive integers, got {values}")
+        if name in ("pp", "max_num_seqs") and not values:
+            raise UserError(f"serving.search.{name}: an empty list; give the values to search")
     for name, unit in (("loads", "multiples of the configured load"), ("tpot_grid_ms", "TPOT targets in ms")):
         bad = [x for x in search[name] if not float(x) > 0]
         if bad:
@@ -263,13 +269,5 @@ def _write(out: Path, cfg, ctx, ev, answer, rows, per_slo, summary, info, scfg) 
             "serving": {k: v for k, v in OmegaConf.to_container(cfg.serving).items() if k not in ("plan", "search")},
             "meets_slo": bool(answer.meets), "serving_plan": answer.plan.to_dict()}
     atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
-    gpn = int(ev.graph.graph.get("gpus_per_node", 0)) if ev.graph is not None else ctx.cluster.nvlink_domain_size
-    searched = scfg.runtime_profile()  # the target the search ran keeps its profile's launch flags
     for target in SERVING_TARGETS:
-        launch = serving_launch(answer.plan, ctx.model, target, gpus_per_node=gpn or None,
-                                precision=ctx.workload.precision, kv_precision=ctx.workload.kv_precision,
-                                isl=int(cfg.serving.isl),
-                                runtime=searched if searched.scheduler == target else None)
-        atomic_write_text(out / f"launch_{target}.sh", launch.to_text())
-        for name, text in launch.files.items():
-            atomic_write_text(out / name, text)
+        write_launch(out, plan_launch(answer.plan, ctx, ev.graph, scfg, target))

@@ -78,8 +78,9 @@ class ServingSpace(ActionSpace):
         self.layouts = self._layouts(tuple(int(v) for v in tp), tuple(int(v) for v in ep),
                                      tuple(int(v) for v in pp), max_len)
         if not self.layouts:
-            raise ValueError(f"serving search: no worker layout of {m.name} fits {ctx.cluster.gpu.name} GPUs "
-                             f"(tp {tp}, ep {ep}, pp {tuple(pp)}) with a KV cache for one {max_len}-token request")
+            raise ValueError(f"serving search: no worker layout (tp {tp}, ep {ep}, pp {tuple(pp)}) splits {m.name} "
+                             f"evenly, fits the cluster's {n} GPUs and holds, on {ctx.cluster.gpu.name} GPUs, a KV "
+                             f"cache for one {max_len}-token request")
         self.min_gpus = min(t * e * p for t, e, p in self.layouts)
         disagg_ok = 2 * self.min_gpus <= n
         self.modes = tuple(i for i, name in enumerate(MODE_VALUES) if name in modes and (name == "agg" or disagg_ok))

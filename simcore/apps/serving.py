@@ -5,10 +5,13 @@ to request-level serving (:mod:`simcore.serving`): ``shard-sim`` simulates one p
 ``best_plan.yaml`` of ``shard-search workload=serving``, or ``serving.plan.*`` on the command line),
 ``shard-search`` searches plans (:mod:`planner.serving`). What arrives is the ``serving`` node
 (:class:`ServingAppConfig`): ``serving.concurrency`` closed-loop clients, or ``serving.rate`` requests/s
-(Poisson), or a ``serving.trace`` CSV; lengths ``serving.isl`` / ``serving.osl``; SLOs in milliseconds.
+(Poisson), or a ``serving.trace`` CSV (a trace is the arrivals; a rate beside it is refused); lengths
+``serving.isl`` / ``serving.osl``; SLOs in milliseconds. ``export=vllm|sglang|trtllm`` also writes the
+plan's launch (``launch_<target>.sh``), as ``shard-search workload=serving`` does for its best plan.
 
 Bad input (a concurrency of 0, an unknown runtime, a trace with a missing column or a negative length,
-a plan larger than the cluster) is a :class:`~simcore.apps.common.UserError` naming the field: one
+a plan larger than the cluster or one whose pool cannot split the model, requests longer than the model's
+context window, a plan no runtime can launch under ``export=``) is a :class:`~simcore.apps.common.UserError` naming the field: one
 line, exit code 2.
 """
 
@@ -22,7 +25,7 @@ from simcore.apps.common import UserError
 
 __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
            "build_serving_context", "plan_from_dict", "plan_from_config", "load_serving_plan", "is_serving",
-           "run_serving_sim", "metrics_row"]
+           "run_serving_sim", "metrics_row", "plan_launch", "write_launch"]
 
 
 @dataclass
@@ -87,8 +90,9 @@ class ServingSearchConfig:
 
 @dataclass
 class ServingAppConfig:
-    """What arrives: ``concurrency`` closed-loop clients, else ``rate`` requests/s (Poisson) when set,
-    else a ``trace`` CSV (``arrival_s,input_len,output_len``) when set. ``isl`` / ``osl``: prompt and
+    """What arrives: a ``trace`` CSV (``arrival_s,input_len,output_len``) when set, else ``rate``
+    requests/s (Poisson) when set, else ``concurrency`` closed-loop clients (a trace and a rate together
+    are refused). ``isl`` / ``osl``: prompt and
     output tokens (``isl_std`` / ``osl_std`` > 0 draw them lognormally with that std); ``num_requests``
     (``null``: twice the concurrency, at least 256; 500 for Poisson; the whole trace); ``runtime``:
     ``vllm`` | ``sglang`` | ``trtllm`` (and the other profiles of ``simcore.serving.RUNTIMES``);
@@ -150,15 +154,12 @@ def _spec_accept(v) -> tuple[float, ...]:
 def build_serving_config(s, load: float = 1.0):
     """The :class:`~simcore.serving.ServingConfig` of a composed ``serving`` node, its concurrency or
     rate scaled by ``load``; a bad field raises :class:`UserError` naming it (the trace is read here)."""
+    from simcore.config import slo_seconds
     from simcore.serving import ServingConfig, ServingInputError, read_trace
 
-    def ms(v, name: str):  # an SLO in ms, checked here so that the error names the field as set
-        if v is None:
-            return None
-        if not (float(v) > 0 and math.isfinite(float(v))):
-            raise UserError(f"serving.{name} must be a positive number of milliseconds, got {v!r}")
-        return float(v) / 1e3
-
+    if s.trace and s.rate is not None:  # the trace's own arrival times would silently replace the rate
+        raise UserError(f"serving.rate: {s.rate!r} set together with serving.trace, whose rows carry their own "
+                        "arrival times; set one of them")
     try:
         if s.trace:
             arrival, n_default = "trace", len(read_trace(str(s.trace)))
@@ -176,7 +177,8 @@ def build_serving_config(s, load: float = 1.0):
                              mem_fraction=None if s.get("mem_fraction") is None else float(s.mem_fraction),
                              spec_tokens=_spec_tokens(s.get("spec_tokens", 0)),
                              spec_accept=None if s.get("spec_accept") is None else _spec_accept(s.spec_accept),
-                             ttft_slo_s=ms(s.ttft_slo_ms, "ttft_slo_ms"), tpot_slo_s=ms(s.tpot_slo_ms, "tpot_slo_ms"), seed=int(s.seed))
+                             ttft_slo_s=slo_seconds(s.ttft_slo_ms, "serving.ttft_slo_ms"),
+                             tpot_slo_s=slo_seconds(s.tpot_slo_ms, "serving.tpot_slo_ms"), seed=int(s.seed))
     except ServingInputError as exc:
         raise UserError(str(exc)) from None
 
@@ -196,7 +198,12 @@ def build_serving_context(cfg):
                                                              "output_len": int(s.osl), "ttft_slo_ms": None,
                                                              "tpot_slo_ms": None}))
     routing = build_engine_config(cfg.sim).routing if "sim" in cfg else None
-    return CostContext(model=get_model(cfg.model.name), workload=workload,
+    model = get_model(cfg.model.name)
+    window = model.max_position_embeddings  # the runtimes' default max_model_len; 0: not in the config
+    if window and int(s.isl) + int(s.osl) > window:
+        raise UserError(f"serving.isl + serving.osl: {int(s.isl)} + {int(s.osl)} tokens exceed {model.name}'s "
+                        f"context window of {window} (max_position_embeddings), which a runtime would refuse")
+    return CostContext(model=model, workload=workload,
                        cluster=build_cluster(cfg.topology, cfg.hardware), routing=routing)
 
 
@@ -336,11 +343,34 @@ def _breakdown_table(title: str, steps: dict, stats: dict, mode: str):
     return table
 
 
+def plan_launch(plan, ctx, graph, scfg, target: str):
+    """``plan``'s launch configuration on ``target`` (:func:`simcore.export.serving.serving_launch`): the
+    simulated runtime's profile where it is the target's (its token budgets, memory fraction and
+    speculative decoding), else the target's own; nodes of ``graph``'s size (else the NVLink domain's)."""
+    from simcore.export.serving import serving_launch
+
+    gpn = int(graph.graph.get("gpus_per_node", 0)) if graph is not None else ctx.cluster.nvlink_domain_size
+    simulated = scfg.runtime_profile()
+    return serving_launch(plan, ctx.model, target, gpus_per_node=gpn or None, precision=ctx.workload.precision,
+                          kv_precision=ctx.workload.kv_precision, isl=int(scfg.input_len.mean),
+                          runtime=simulated if simulated.scheduler == target else None)
+
+
+def write_launch(out: Path, launch) -> list[str]:
+    """``launch_<target>.sh`` and the files it reads into ``out``, atomically; their names."""
+    from simcore.apps.common import atomic_write_text
+
+    atomic_write_text(out / f"launch_{launch.target}.sh", launch.to_text())
+    for name, text in launch.files.items():
+        atomic_write_text(out / name, text)
+    return [f"launch_{launch.target}.sh", *launch.files]
+
+
 def run_serving_sim(cfg) -> dict:
     """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
     from simcore.apps.common import atomic_write_json, console, run_dir
     from simcore.config import build_graph
-    from simcore.serving import ServingInputError, simulate_serving
+    from simcore.serving import ServingInputError, shape_error, simulate_serving
     from simcore.serving.plan import check_expert_layout
 
     scfg = build_serving_config(cfg.serving)
@@ -349,13 +379,22 @@ def run_serving_sim(cfg) -> dict:
     if plan.gpus > ctx.cluster.num_gpus:
         raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
                         f"{ctx.cluster.num_gpus}")
-    for role, pool in plan.pools:
+    for role, pool in plan.pools:  # a layout that cannot split the model is bad input, as in static shard-sim
+        where = "plan" if cfg.plan else f"serving.plan.{'pool' if role == 'both' else role}"
         try:
             check_expert_layout(pool.strategy, pool.moe_ep, ctx.model)
         except ServingInputError as exc:
-            where = "pool" if role == "both" else role
-            raise UserError(str(exc).replace("pool.moe_ep", f"serving.plan.{where}.moe_ep", 1)) from None
+            raise UserError(str(exc).replace("pool.moe_ep", f"{where}.moe_ep", 1)) from None
+        shape = shape_error(ctx, role, pool.strategy)
+        if shape:
+            raise UserError(f"{where}: {shape}")
     graph = build_graph(cfg.topology, cfg.hardware) if cfg.serving.network else None
+    launch = None
+    if cfg.get("export") is not None:  # built before simulating: a target or plan it cannot launch is bad input
+        try:
+            launch = plan_launch(plan, ctx, graph, scfg, str(cfg.export))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     result = simulate_serving(ctx, plan, scfg, graph=graph)
     con = console()
     load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else \
@@ -387,5 +426,9 @@ def run_serving_sim(cfg) -> dict:
                            "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
                "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
     atomic_write_json(out / "result.json", payload)
-    con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote result.json into run dir: {out}")
+    written = ["result.json"]
+    if launch is not None:
+        print(launch.to_text())  # plain, so that it can be piped
+        written += write_launch(out, launch)
+    con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
     return payload

@@ -20,7 +20,7 @@ class Placement:
 
     def __init__(self, strategy: Strategy, gpus: list[str], gpus_per_node: int, rule: str = "pack"):
         if rule not in PLACEMENTS:
-            raise ValueError(f"placement rule {rule!r} is not one of {', '.join(PLACEMENTS)}")
+            raise ValueError(f"sim.placement: {rule!r} is not one of {', '.join(PLACEMENTS)}")
         if strategy.gpus > len(gpus):
             raise ValueError(f"strategy needs {strategy.gpus} GPUs, the topology has {len(gpus)}")
         self.s = strategy

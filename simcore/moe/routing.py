@@ -57,6 +57,9 @@ class RoutingConfig:
             raise ValueError(f"routing.a2a: {self.a2a!r} is not one of {', '.join(A2A_KINDS)}")
         if self.distribution == "file" and not self.path:
             raise ValueError("routing.path: required when routing.distribution is file")
+        if self.path and self.distribution != "file":  # a file that would be silently left unread
+            raise ValueError(f"routing.path: {self.path} is read only under routing.distribution=file, "
+                             f"got distribution {self.distribution}")
         if any(not w >= 0 for w in self.histogram):
             raise ValueError("routing.histogram: weights must be non-negative")
 

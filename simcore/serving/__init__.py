@@ -22,10 +22,10 @@ from .metrics import ServingMetrics
 from .plan import MODES, Pool, ServingPlan, runtime_sharding, runtime_strategy
 from .requests import LengthDist, Request, ServingInputError, read_trace
 from .runtime import RUNTIMES, RuntimeProfile, get_runtime
-from .simulate import ARRIVALS, ServingConfig, ServingResult, simulate_serving
+from .simulate import ARRIVALS, ServingConfig, ServingResult, shape_error, simulate_serving
 from .step_cost import GroupBatch, StepCost
 from .worker import PlanInfeasible
 
 __all__ = ["simulate_serving", "ServingConfig", "ServingResult", "ServingMetrics", "ServingPlan", "Pool",
            "MODES", "runtime_sharding", "runtime_strategy", "ARRIVALS", "LengthDist", "Request", "ServingInputError", "read_trace", "RuntimeProfile",
-           "RUNTIMES", "get_runtime", "GroupBatch", "StepCost", "PlanInfeasible"]
+           "RUNTIMES", "get_runtime", "GroupBatch", "StepCost", "PlanInfeasible", "shape_error"]

@@ -210,14 +210,14 @@ class SeesawCluster(RequestIntake):
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, on_finish,
                  fast: bool = True):
-        from .simulate import _shape_error  # the agg/disagg checks, same words
+        from .simulate import shape_error  # the agg/disagg checks, same words
 
         self.env, self.ctx, self.plan, self.runtime, self.request_s = env, ctx, plan, runtime, runtime.request_s
         self.costs: list[StepCost] = []
         self.kv_tokens: dict[str, int] = {}
         self.pcie_bytes: dict[str, tuple[float, float]] = {}
         for role, pool in plan.pools:
-            shape = _shape_error(ctx, role, pool.strategy)
+            shape = shape_error(ctx, role, pool.strategy)
             if shape:
                 raise PlanInfeasible(shape)
             self.costs.append(StepCost(ctx, pool.strategy, runtime))

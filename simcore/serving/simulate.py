@@ -47,7 +47,7 @@ from .speculative import check_accept
 from .step_cost import GroupBatch, StepCost
 from .worker import PlanInfeasible, Worker
 
-__all__ = ["ServingConfig", "ServingResult", "simulate_serving", "ARRIVALS"]
+__all__ = ["ServingConfig", "ServingResult", "simulate_serving", "shape_error", "ARRIVALS"]
 
 ARRIVALS = ("closed", "poisson", "trace")
 #: Strategy reasons that make a pool's layout unrunnable whatever the load (a split of heads, weights,
@@ -60,8 +60,9 @@ def _pool_name(role: str) -> str:
     return "the pool" if role == "both" else f"the {role} pool"
 
 
-def _shape_error(ctx: CostContext, role: str, strategy) -> str | None:
-    """Why a pool's layout cannot run the model at all, or None."""
+def shape_error(ctx: CostContext, role: str, strategy) -> str | None:
+    """Why a pool's layout cannot run the model at all, or None (a plan with one is refused by the
+    simulation as infeasible, and by ``shard-sim`` as bad input)."""
     one = strategy.replace(dp=1, batch=strategy.ep, microbatches=1)
     names = [n for n in reason_names(structural_reasons(ctx, StrategyArrays.from_strategies([one]))[0])
              if n in _SHAPE_REASONS]
@@ -199,7 +200,7 @@ class _Cluster(RequestIntake):
         gpu0 = 0
         self.gpu_offsets: dict[int, int] = {}
         for role, pool in plan.pools:
-            shape = _shape_error(ctx, role, pool.strategy)
+            shape = shape_error(ctx, role, pool.strategy)
             if shape:
                 raise PlanInfeasible(shape)
             cost = StepCost(ctx, pool.strategy, runtime, pool.moe_ep)

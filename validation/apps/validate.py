@@ -110,7 +110,7 @@ def _rewrites(out: Path, study) -> dict:
 
 
 # name -> (function, default data file). A study with data is called as function(data, out_dir, study config);
-# one without (default None; ``data=`` is ignored) as function(out_dir, study config).
+# one without (default None; it refuses ``data=``) as function(out_dir, study config).
 STUDIES = {
     "collectives": (_collectives, "collectives_calibration.csv"),
     "kernels": (_kernels, "kernels_h100.csv"),
@@ -127,6 +127,9 @@ def run(cfg: DictConfig) -> dict:
     if name not in STUDIES:
         raise UserError(f"study.name: {name!r} is not one of {', '.join(STUDIES)}")
     func, default = STUDIES[name]
+    if default is None and (cfg.data or cfg.study.data):
+        raise UserError(f"data: study {name} reads no CSV (it simulates its own "
+                        f"scenarios: study.scenarios), got {cfg.data or cfg.study.data}")
     data = None if default is None else Path(cfg.data or cfg.study.data or _DATA / default)
     if data is not None and not data.is_file():
         raise UserError(f"data: no such file {data}")

@@ -13,7 +13,24 @@ from pathlib import Path
 
 from simcore.apps.common import atomic_save_figure, atomic_write_json, atomic_write_text
 
-__all__ = ["atomic_write_json", "atomic_write_text", "write_csv", "pyplot", "save_figure", "split_kind", "pct"]
+__all__ = ["atomic_write_json", "atomic_write_text", "read_csv", "write_csv", "pyplot", "save_figure", "split_kind", "pct"]
+
+
+def read_csv(path: str | Path, required: Sequence[str], field: str = "data") -> tuple[list[str], list[dict[str, str]]]:
+    """``(header, rows)`` of an input CSV (header names and cells stripped, a short row's cells ``""``);
+    ``ValueError`` naming ``field`` (the option that gave the path) when the file has no header or lacks
+    one of ``required``: a file in another schema is bad input, not a file of skipped rows."""
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = [name.strip() for name in (reader.fieldnames or [])]
+        reader.fieldnames = header
+        rows = [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+    if not header:
+        raise ValueError(f"{field}: {path} is empty (no header row)")
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise ValueError(f"{field}: {path} lacks column(s) {', '.join(missing)}")
+    return header, rows
 
 
 def write_csv(path: str | Path, columns: Sequence[str], rows: Iterable[Mapping]) -> Path:

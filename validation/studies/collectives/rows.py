@@ -8,13 +8,13 @@ else ``EFA`` / ``RoCE`` named in the text, else InfiniBand.
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from simcore.collectives.constants import FABRICS
+from validation.studies.common import read_csv
 
 from .harness import DEFAULT_HARNESS, check_harness, devices_per_process, harness_of
 
@@ -67,16 +67,10 @@ def busbw_factor(collective: str, n: int) -> float:
 
 def load_rows(path: str | Path) -> list[dict[str, str]]:
     """The CSV's rows; ``ValueError`` (one line) for an unknown or missing column."""
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        for name in header:
-            if name not in COLUMNS:
-                raise ValueError(f"{path}: unknown column {name!r}; expected columns {', '.join(COLUMNS)}")
-        for name in REQUIRED_COLUMNS:
-            if name not in header:
-                raise ValueError(f"{path}: missing required column {name!r}")
-        rows = [{k.strip(): (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+    header, rows = read_csv(path, REQUIRED_COLUMNS)
+    for name in header:
+        if name not in COLUMNS:
+            raise ValueError(f"{path}: unknown column {name!r}; expected columns {', '.join(COLUMNS)}")
     for line, row in enumerate(rows, start=2):
         fabric = row.get("fabric", "")
         if fabric and fabric.lower() not in FABRICS:

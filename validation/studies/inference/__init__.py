@@ -16,10 +16,10 @@ batch (``static``), the prompts of one replica (``prefill``) or the sequences pe
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from validation.split import split_of
+from validation.studies.common import read_csv
 
 from .predict import _graph as _graph  # importable here: fidelity.measured, fit_inference use these two
 from .predict import _metric as _metric
@@ -34,20 +34,14 @@ def run(data_path: str | Path, out_dir: str | Path, engine=None, simulate_too: b
     """Predict every row, write the outputs, return the summary."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(data_path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        rows = list(reader)
+    header, rows = read_csv(data_path, ("model", "hardware", "gpus", "scenario", "metric", "value"))
     unknown = [c for c in header if c not in COLUMNS]
-    missing = [c for c in ("model", "hardware", "gpus", "scenario", "metric", "value") if c not in header]
     records = []
     for line, row in enumerate(rows, start=2):
         rec = {k: row.get(k, "") for k in header} | {"line": line, "split": "", "sim_value": "", "proxy_value": "",
                                                        "rel_error": "", "proxy_rel_error": "", "skipped_reason": ""}
         try:
             rec["split"] = split_of(row)
-            if missing:
-                raise ValueError(f"missing column(s) {', '.join(missing)}")
             case = parse_row(row)
             sim, proxy = predict(case, simulate_too, engine)
             rec |= {"sim_value": sim, "proxy_value": proxy, "proxy_rel_error": proxy / case.value - 1,
@@ -55,4 +49,7 @@ def run(data_path: str | Path, out_dir: str | Path, engine=None, simulate_too: b
         except (ValueError, KeyError, ZeroDivisionError) as exc:
             rec["skipped_reason"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         records.append(rec)
+    if not any(rec["sim_value"] != "" for rec in records):  # nothing to compare: bad input, not an empty result
+        first = next((f"line {rec['line']}: {rec['skipped_reason']}" for rec in records), "no rows")
+        raise ValueError(f"data: no usable rows in {data_path} ({len(records)} skipped; {first})")
     return write_outputs(records, header, unknown, out, data_path)

@@ -3,11 +3,11 @@ when its source is one of :data:`FIT_SOURCES`, else ``test``."""
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 from simcore.moe.deepep import fp8_token_bytes
+from validation.studies.common import read_csv
 
 __all__ = ["FIT_SOURCES", "MoeCase", "parse_row", "load_cases"]
 
@@ -77,10 +77,10 @@ def parse_row(row: dict[str, str], line: int) -> MoeCase:
 
 def load_cases(path: str | Path) -> tuple[list[MoeCase], list[tuple[int, str]]]:
     cases, skipped = [], []
-    with open(path, newline="") as fh:
-        for line, row in enumerate(csv.DictReader(fh), start=2):
-            try:
-                cases.append(parse_row(row, line))
-            except (ValueError, KeyError, TypeError) as exc:
-                skipped.append((line, str(exc).strip("'")))
+    _, rows = read_csv(path, ("kernel", "hardware", "op", "hidden", "ep_size", "tokens_per_rank", "topk"))
+    for line, row in enumerate(rows, start=2):
+        try:
+            cases.append(parse_row(row, line))
+        except (ValueError, KeyError, TypeError) as exc:
+            skipped.append((line, str(exc).strip("'")))
     return cases, skipped

@@ -55,6 +55,7 @@ import numpy as np
 from simcore.apps.common import atomic_write_text
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
 from validation import jsonline
+from validation.studies.common import read_csv
 
 from .journal import fingerprint, simulate_rows
 from .launch import REQUESTS_PER_CLIENT
@@ -109,15 +110,10 @@ def duplicates(cases: list[RowCase]) -> list[str]:
 
 
 def load_cases(path: Path) -> list[RowCase]:
-    with Path(path).open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    need = ("model_path", "backend", "system", "mode", "isl", "osl", "silicon_data_source", "silicon_ttft_ms",
-            "silicon_tpot_ms")
+    _, rows = read_csv(path, ("model_path", "backend", "system", "mode", "isl", "osl", "silicon_data_source",
+                              "silicon_ttft_ms", "silicon_tpot_ms"))
     if not rows:
         raise ValueError(f"data: {path} holds no rows")
-    missing = [c for c in need if c not in rows[0]]
-    if missing:
-        raise ValueError(f"data: missing column(s) {', '.join(missing)}")
     return [map_row(r) for r in rows]
 
 

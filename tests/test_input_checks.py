@@ -1,0 +1,159 @@
+"""Input that used to be read silently as something else: a file named where it is never read, a rate
+beside a trace, a study's CSV in another schema, an error naming the converted field, a serving plan
+that cannot split the model. Each is now a one-line error naming the field the user set."""
+
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from planner.serving.app import serving_space
+from simcore.apps.common import UserError
+from simcore.apps.serving import ServingAppConfig, ServingSearchConfig, build_serving_config
+from simcore.config import (
+    ConfigError,
+    TopologyConfig,
+    WorkloadConfig,
+    build_graph,
+    build_workload,
+    slo_seconds,
+)
+from simcore.moe.routing import RoutingConfig
+from validation.apps.validate import StudyConfig, ValidateAppConfig
+from validation.apps.validate import run as validate_run
+from validation.studies import inference, kernels, moe
+from validation.studies.common import read_csv
+
+ENTRY_SIM = "from simcore.apps.sim import main; main()"
+
+
+def test_a_routing_file_is_refused_unless_the_distribution_reads_it(tmp_path):
+    with pytest.raises(ValueError, match=r"routing.path: .*loads.csv is read only under routing.distribution=file"):
+        RoutingConfig("zipf", path=str(tmp_path / "loads.csv"))
+    assert RoutingConfig("file", path="loads.csv").path == "loads.csv"
+    assert RoutingConfig("uniform").path is None
+
+
+def test_a_topology_file_is_refused_unless_the_topology_is_custom():
+    with pytest.raises(ConfigError, match="topology.path: my.yaml is read only under topology=custom"):
+        build_graph(TopologyConfig(name="hgx-h100", num_nodes=1, path="my.yaml"), None)
+    assert build_graph(TopologyConfig(name="hgx-h100", num_nodes=1), None).number_of_nodes() > 0
+
+
+@pytest.mark.parametrize("bad", [-1.0, 0.0, float("nan"), float("inf")])
+def test_an_slo_error_names_the_field_in_milliseconds(bad):
+    with pytest.raises(ConfigError, match=r"^workload.tpot_slo_ms must be a positive number of milliseconds"):
+        build_workload(WorkloadConfig(tpot_slo_ms=bad))
+    with pytest.raises(ConfigError, match=r"^serving.ttft_slo_ms must be"):
+        slo_seconds(bad, "serving.ttft_slo_ms")
+
+
+def test_slo_seconds_converts_at_the_input():
+    assert slo_seconds(None, "x") is None
+    assert slo_seconds(50, "x") == pytest.approx(0.05)
+    assert build_workload(WorkloadConfig(ttft_slo_ms=2000.0)).ttft_slo_s == pytest.approx(2.0)
+
+
+def test_a_rate_beside_a_trace_is_refused(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_len,output_len\n0,100,10\n0.5,100,10\n")
+    node = OmegaConf.structured(ServingAppConfig(trace=str(trace), rate=2.0))
+    with pytest.raises(UserError, match="^serving.rate: 2.0 set together with serving.trace"):
+        build_serving_config(node)
+    alone = build_serving_config(OmegaConf.structured(ServingAppConfig(trace=str(trace))))
+    assert alone.arrival == "trace" and alone.num_requests == 2
+    assert build_serving_config(OmegaConf.structured(ServingAppConfig(rate=2.0))).arrival == "poisson"
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("pp", [0], "serving.search.pp must list positive integers"),
+    ("max_num_seqs", [0, 64], "serving.search.max_num_seqs must list positive integers"),
+    ("max_num_seqs", [], "serving.search.max_num_seqs: an empty list"),
+    ("pp", [], "serving.search.pp: an empty list"),
+    ("ep", [-2], "serving.search.ep must list positive integers"),
+])
+def test_serving_search_lists_are_checked_naming_the_field(field, value, needle):
+    search = OmegaConf.structured(ServingSearchConfig(**{field: value}))
+    with pytest.raises(UserError, match=needle):
+        serving_space(None, None, search, "random")  # refused before the space is built
+
+
+def test_read_csv_names_the_option_and_the_missing_columns(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text(" kernel ,value\n gemm , 1.5 \nshort\n")
+    header, rows = read_csv(path, ("kernel",))
+    assert header == ["kernel", "value"] and rows == [{"kernel": "gemm", "value": "1.5"}, {"kernel": "short", "value": ""}]
+    with pytest.raises(ValueError, match=r"^--data: .*a.csv lacks column\(s\) unit, dtype$"):
+        read_csv(path, ("kernel", "unit", "dtype"), "--data")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValueError, match=r"^data: .*empty.csv is empty \(no header row\)$"):
+        read_csv(tmp_path / "empty.csv", ())
+
+
+@pytest.mark.parametrize("study", [kernels, inference, moe])
+def test_a_study_csv_in_another_schema_is_bad_input_not_skipped_rows(tmp_path, study):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"^data: .*other.csv lacks column\(s\) "):
+        study.run(path, tmp_path / "out")
+
+
+def test_an_inference_csv_without_one_usable_row_is_bad_input(tmp_path):
+    header = ("source_url,model,hardware,gpus,tp,pp,ep,dp,precision,scenario,batch,input_len,output_len,metric,"
+              "value,unit,note,split")
+    path = tmp_path / "inf.csv"
+    path.write_text(header + "\nx,gpt-7,h100-sxm,1,1,1,1,1,fp8,static,1,1,1,output_tokens_per_s_per_gpu,1,u,n,fit\n")
+    with pytest.raises(ValueError, match=r"^data: no usable rows in .*inf.csv \(1 skipped; line 2: unknown model"):
+        inference.run(path, tmp_path / "out", simulate_too=False)
+
+
+@pytest.mark.parametrize("name", ["fidelity", "rewrites"])
+def test_a_study_without_input_refuses_data(tmp_path, name):
+    cfg = OmegaConf.structured(ValidateAppConfig(study=StudyConfig(name=name), data=str(tmp_path / "x.csv")))
+    with pytest.raises(UserError, match=f"^data: study {name} reads no CSV"):
+        validate_run(cfg)
+
+
+def test_a_serving_plan_that_cannot_split_the_model_exits_2_naming_the_pool(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", ENTRY_SIM, "experiment=dense-70b-1node", "workload=serving",
+                           "serving.plan.pool.tp=3", f"hydra.run.dir={tmp_path}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: serving.plan.pool: heads_divisibility"), proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def _serving_cfg(*overrides: str):
+    from hydra import compose, initialize_config_module
+
+    import simcore.apps.sim  # noqa: F401  (registers sim_schema, the config group the sim app composes over)
+
+    with initialize_config_module(config_module="conf", version_base=None):
+        return compose(config_name="sim", overrides=["experiment=dense-70b-1node", "workload=serving", *overrides])
+
+
+def test_a_request_longer_than_the_models_context_window_is_refused():
+    from simcore.apps.serving import build_serving_context
+
+    assert build_serving_context(_serving_cfg("serving.isl=130560", "serving.osl=512")).model.name == "llama-3.1-70b"
+    with pytest.raises(UserError, match=r"^serving.isl \+ serving.osl: 130561 \+ 512 tokens exceed llama-3.1-70b's "
+                                        r"context window of 131072"):
+        build_serving_context(_serving_cfg("serving.isl=130561", "serving.osl=512"))
+
+
+def test_shard_sim_serving_exports_the_plans_launch(tmp_path, monkeypatch):
+    """``export=`` was accepted and ignored by ``shard-sim workload=serving``; it now writes the launch that
+    ``shard-search workload=serving`` writes for the same plan and target, and refuses what it cannot launch."""
+    from simcore.apps.serving import run_serving_sim
+
+    monkeypatch.setattr("simcore.apps.common.run_dir", lambda: tmp_path)
+    cfg = _serving_cfg("serving.plan.pool.tp=8", "serving.num_requests=16", "serving.concurrency=4",
+                       "export=sglang")
+    run_serving_sim(cfg)
+    script = (tmp_path / "launch_sglang.sh").read_text()
+    assert "sglang.launch_server" in script and "--tp-size 8" in script
+    with pytest.raises(UserError, match="^export: 'megatron' is not a serving target"):
+        run_serving_sim(_serving_cfg("serving.plan.pool.tp=8", "export=megatron"))
+    with pytest.raises(UserError, match="^export: no released vLLM, SGLang or TensorRT-LLM re-shards"):
+        run_serving_sim(_serving_cfg("serving.plan.mode=seesaw", "export=vllm"))
