@@ -157,3 +157,23 @@ def test_shard_sim_serving_exports_the_plans_launch(tmp_path, monkeypatch):
         run_serving_sim(_serving_cfg("serving.plan.pool.tp=8", "export=megatron"))
     with pytest.raises(UserError, match="^export: no released vLLM, SGLang or TensorRT-LLM re-shards"):
         run_serving_sim(_serving_cfg("serving.plan.mode=seesaw", "export=vllm"))
+
+
+def test_a_static_batch_workload_field_typed_for_a_serving_run_is_refused(tmp_path):
+    """``workload.ttft_slo_ms=500`` beside ``workload=serving`` was dropped: serving reads ``serving.*``."""
+    proc = subprocess.run([sys.executable, "-c", ENTRY_SIM, "experiment=dense-70b-1node", "workload=serving",
+                           "workload.ttft_slo_ms=500", f"hydra.run.dir={tmp_path}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == ("error: workload.ttft_slo_ms: not read under workload=serving (requests carry "
+                                   "their own lengths and SLOs); set serving.ttft_slo_ms"), proc.stderr
+
+
+def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own_fields():
+    from simcore.apps.common import typed_keys
+    from simcore.apps.serving import build_serving_context
+
+    assert typed_keys() == set()
+    cfg = _serving_cfg()
+    assert cfg.workload.tpot_slo_ms == 50  # the experiment's own, not the user's: not refused
+    assert build_serving_context(cfg).workload.tpot_slo_s is None  # and not read: serving.* holds the SLOs

@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import jsonline
 
 __all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
-           "check_known_keys", "config_errors_exit_2", "config_error_line"]
+           "check_known_keys", "config_errors_exit_2", "config_error_line", "typed_keys"]
 
 
 def console():
@@ -222,6 +222,18 @@ def run_dir() -> Path:
         return Path(HydraConfig.get().runtime.output_dir)
     except ValueError:
         return Path.cwd()
+
+
+def typed_keys() -> set[str]:
+    """The config keys the user set on the command line (``a.b=1``, ``+a.b=1``, ``++a.b=1``; group choices
+    like ``workload=serving`` as ``workload``), or none outside a Hydra run (a pure ``run(cfg)`` call)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        task = HydraConfig.get().overrides.task
+    except ValueError:  # not under Hydra
+        return set()
+    return {o.split("=", 1)[0].lstrip("+~") for o in task if "=" in o or o.startswith("~")}
 
 
 def check_known_keys(cfg, schema: type, extra: tuple[str, ...] = ()) -> None:

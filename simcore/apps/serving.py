@@ -183,6 +183,21 @@ def build_serving_config(s, load: float = 1.0):
         raise UserError(str(exc)) from None
 
 
+#: workload fields a serving run does not read, and the serving field that says the same
+_SERVING_FIELD = {"workload.input_len": "serving.isl", "workload.output_len": "serving.osl",
+                  "workload.ttft_slo_ms": "serving.ttft_slo_ms", "workload.tpot_slo_ms": "serving.tpot_slo_ms"}
+
+
+def _refuse_unread_workload_keys() -> None:
+    """A static-batch workload field typed on the command line of a serving run would be silently dropped
+    (an experiment's own ``workload.tpot_slo_ms`` is not the user's and is left alone)."""
+    from simcore.apps.common import typed_keys
+
+    for key in sorted(typed_keys() & _SERVING_FIELD.keys()):
+        raise UserError(f"{key}: not read under workload=serving (requests carry their own lengths and "
+                        f"SLOs); set {_SERVING_FIELD[key]}")
+
+
 def build_serving_context(cfg):
     """Cost context of a serving run: the scenario's model and cluster, ``workload.precision``, and
     the ``serving`` lengths (the lowering's reference lengths; each step is priced at its own)."""
@@ -193,6 +208,7 @@ def build_serving_context(cfg):
     from simcore.models import get_model
 
     s = cfg.serving
+    _refuse_unread_workload_keys()
     # the scenario's workload fields (precision, ...) with the serving lengths; SLOs live in serving.*
     workload = build_workload(OmegaConf.merge(cfg.workload, {"phase": "decode", "input_len": int(s.isl),
                                                              "output_len": int(s.osl), "ttft_slo_ms": None,
