@@ -2,6 +2,7 @@
 beside a trace, a study's CSV in another schema, an error naming the converted field, a serving plan
 that cannot split the model. Each is now a one-line error naming the field the user set."""
 
+import re
 import subprocess
 import sys
 
@@ -166,14 +167,47 @@ def test_a_static_batch_workload_field_typed_for_a_serving_run_is_refused(tmp_pa
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip() == ("error: workload.ttft_slo_ms: not read under workload=serving (requests carry "
-                                   "their own lengths and SLOs); set serving.ttft_slo_ms"), proc.stderr
+                                   "their own lengths and SLOs; set serving.ttft_slo_ms)"), proc.stderr
 
 
 def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own_fields():
     from simcore.apps.common import typed_keys
-    from simcore.apps.serving import build_serving_context
+    from simcore.apps.serving import build_serving_context, check_typed_keys
 
     assert typed_keys() == set()
     cfg = _serving_cfg()
     assert cfg.workload.tpot_slo_ms == 50  # the experiment's own, not the user's: not refused
+    check_typed_keys(cfg, set())
     assert build_serving_context(cfg).workload.tpot_slo_s is None  # and not read: serving.* holds the SLOs
+
+
+@pytest.mark.parametrize(("key", "needle"), [
+    ("workload.input_len", "set serving.isl"), ("workload.tpot_slo_ms", "set serving.tpot_slo_ms"),
+    ("strategy.tp", "serving.plan.* or plan=FILE"), ("sim.contention", "reads sim.routing.* alone"),
+    ("planner.max_tp", "serving.search.*"), ("planner.batch", "serving.search.*")])
+def test_a_static_runs_key_typed_for_a_serving_run_is_refused(key, needle):
+    from simcore.apps.serving import check_typed_keys
+
+    with pytest.raises(UserError, match=rf"^{re.escape(key)}: not read under workload=serving \(.*{re.escape(needle)}"):
+        check_typed_keys(_serving_cfg(), {"serving.isl", key})
+
+
+def test_what_a_serving_run_reads_is_not_refused():
+    from simcore.apps.serving import check_typed_keys
+
+    check_typed_keys(_serving_cfg(), {"workload", "sim", "sim.routing.distribution", "serving.isl", "planner.name",
+                                      "planner.population", "workload.precision", "model", "experiment", "seed"})
+
+
+def test_a_serving_key_typed_for_a_static_run_is_refused():
+    from hydra import compose, initialize_config_module
+
+    import simcore.apps.sim  # noqa: F401
+    from simcore.apps.serving import check_typed_keys
+
+    with initialize_config_module(config_module="conf", version_base=None):
+        cfg = compose(config_name="sim", overrides=["experiment=dense-70b-1node"])
+    check_typed_keys(cfg, {"strategy.tp", "sim.contention", "workload.input_len"})
+    with pytest.raises(UserError, match=r"^serving.concurrency: read only under workload=serving, got workload.phase "
+                                        r"decode$"):
+        check_typed_keys(cfg, {"serving.concurrency", "strategy.tp"})

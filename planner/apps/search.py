@@ -36,8 +36,9 @@ from simcore.apps.common import (
     config_errors_exit_2,
     console,
     run_dir,
+    typed_keys,
 )
-from simcore.apps.serving import is_serving
+from simcore.apps.serving import check_typed_keys, is_serving
 from simcore.config import ConfigError, build_context, build_engine_config, build_graph, build_space
 from simcore.models import model_summary
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
@@ -186,6 +187,7 @@ register()
 @cli_errors
 def _main(cfg: DictConfig) -> float:
     check_known_keys(cfg, SearchAppConfig, extra=("resume",))
+    check_typed_keys(cfg, typed_keys())
     try:
         summary = run(cfg)
     except SearchInterrupted as exc:

@@ -17,6 +17,7 @@ line, exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ from simcore.apps.common import UserError
 
 __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
            "build_serving_context", "plan_from_dict", "plan_from_config", "load_serving_plan", "is_serving",
-           "run_serving_sim", "metrics_row", "plan_launch", "write_launch"]
+           "run_serving_sim", "metrics_row", "plan_launch", "write_launch", "check_typed_keys"]
 
 
 @dataclass
@@ -188,14 +189,33 @@ _SERVING_FIELD = {"workload.input_len": "serving.isl", "workload.output_len": "s
                   "workload.ttft_slo_ms": "serving.ttft_slo_ms", "workload.tpot_slo_ms": "serving.tpot_slo_ms"}
 
 
-def _refuse_unread_workload_keys() -> None:
-    """A static-batch workload field typed on the command line of a serving run would be silently dropped
-    (an experiment's own ``workload.tpot_slo_ms`` is not the user's and is left alone)."""
-    from simcore.apps.common import typed_keys
+def _unread_under_serving(key: str) -> str | None:
+    """Why a static run's key is not read by a serving run, with what to set instead; None if it is read."""
+    from simcore.config import SpaceConfig
 
-    for key in sorted(typed_keys() & _SERVING_FIELD.keys()):
-        raise UserError(f"{key}: not read under workload=serving (requests carry their own lengths and "
-                        f"SLOs); set {_SERVING_FIELD[key]}")
+    head, _, rest = key.partition(".")
+    if key in _SERVING_FIELD:
+        return f"requests carry their own lengths and SLOs; set {_SERVING_FIELD[key]}"
+    if head == "strategy":
+        return "the plan is serving.plan.* or plan=FILE"
+    if head == "sim" and rest and not rest.startswith("routing"):
+        return "a serving step is priced by the lowering, which reads sim.routing.* alone"
+    if head == "planner" and rest.split(".")[0] in {f.name for f in dataclasses.fields(SpaceConfig)}:
+        return "a serving search's space is serving.search.*: tp, ep, pp, max_num_seqs, modes"
+    return None
+
+
+def check_typed_keys(cfg, typed: set[str]) -> None:
+    """Refuse keys the user typed (``typed``: :func:`simcore.apps.common.typed_keys`) that the run would
+    drop without a word: ``serving.*`` outside a serving run, and inside one the static run's fields that
+    ``serving.*`` replaces. Keys the config files set themselves (an experiment's ``workload.tpot_slo_ms``)
+    are not the user's and are not checked."""
+    for key in sorted(typed):
+        if not is_serving(cfg):
+            if key.partition(".")[0] == "serving":
+                raise UserError(f"{key}: read only under workload=serving, got workload.phase {cfg.workload.phase}")
+        elif why := _unread_under_serving(key):
+            raise UserError(f"{key}: not read under workload=serving ({why})")
 
 
 def build_serving_context(cfg):
@@ -208,7 +228,6 @@ def build_serving_context(cfg):
     from simcore.models import get_model
 
     s = cfg.serving
-    _refuse_unread_workload_keys()
     # the scenario's workload fields (precision, ...) with the serving lengths; SLOs live in serving.*
     workload = build_workload(OmegaConf.merge(cfg.workload, {"phase": "decode", "input_len": int(s.isl),
                                                              "output_len": int(s.osl), "ttft_slo_ms": None,

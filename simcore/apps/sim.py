@@ -29,8 +29,9 @@ from simcore.apps.common import (
     config_errors_exit_2,
     console,
     run_dir,
+    typed_keys,
 )
-from simcore.apps.serving import ServingAppConfig, is_serving, run_serving_sim
+from simcore.apps.serving import ServingAppConfig, check_typed_keys, is_serving, run_serving_sim
 from simcore.config import (
     HardwareConfig,
     ModelConfig,
@@ -243,6 +244,7 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 @cli_errors
 def _main(cfg: DictConfig) -> float:
     check_known_keys(cfg, SimAppConfig)
+    check_typed_keys(cfg, typed_keys())
     payload = run(cfg)
     if "result" in payload:  # workload=serving
         metrics = payload["result"]["metrics"]
