@@ -172,7 +172,8 @@ def test_a_static_batch_workload_field_typed_for_a_serving_run_is_refused(tmp_pa
 
 def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own_fields():
     from simcore.apps.common import typed_keys
-    from simcore.apps.serving import build_serving_context, check_typed_keys
+    from simcore.apps.serving import build_serving_context
+    from simcore.apps.unread import check_typed_keys
 
     assert typed_keys() == set()
     cfg = _serving_cfg()
@@ -186,14 +187,14 @@ def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own
     ("strategy.tp", "serving.plan.* or plan=FILE"), ("sim.contention", "reads sim.routing.* alone"),
     ("planner.max_tp", "serving.search.*"), ("planner.batch", "serving.search.*")])
 def test_a_static_runs_key_typed_for_a_serving_run_is_refused(key, needle):
-    from simcore.apps.serving import check_typed_keys
+    from simcore.apps.unread import check_typed_keys
 
     with pytest.raises(UserError, match=rf"^{re.escape(key)}: not read under workload=serving \(.*{re.escape(needle)}"):
         check_typed_keys(_serving_cfg(), {"serving.isl", key})
 
 
 def test_what_a_serving_run_reads_is_not_refused():
-    from simcore.apps.serving import check_typed_keys
+    from simcore.apps.unread import check_typed_keys
 
     check_typed_keys(_serving_cfg(), {"workload", "sim", "sim.routing.distribution", "serving.isl", "planner.name",
                                       "planner.population", "workload.precision", "model", "experiment", "seed"})
@@ -203,7 +204,7 @@ def test_a_serving_key_typed_for_a_static_run_is_refused():
     from hydra import compose, initialize_config_module
 
     import simcore.apps.sim  # noqa: F401
-    from simcore.apps.serving import check_typed_keys
+    from simcore.apps.unread import check_typed_keys
 
     with initialize_config_module(config_module="conf", version_base=None):
         cfg = compose(config_name="sim", overrides=["experiment=dense-70b-1node"])
@@ -211,3 +212,47 @@ def test_a_serving_key_typed_for_a_static_run_is_refused():
     with pytest.raises(UserError, match=r"^serving.concurrency: read only under workload=serving, got workload.phase "
                                         r"decode$"):
         check_typed_keys(cfg, {"serving.concurrency", "strategy.tp"})
+
+
+def _sim_cfg(*overrides: str):
+    from hydra import compose, initialize_config_module
+
+    import simcore.apps.sim  # noqa: F401
+
+    with initialize_config_module(config_module="conf", version_base=None):
+        return compose(config_name="sim", overrides=["experiment=dense-70b-1node", *overrides])
+
+
+def test_a_strategy_beside_a_plan_file_and_a_space_bound_beside_either_are_refused():
+    from simcore.apps.unread import check_typed_keys
+
+    planned = _sim_cfg("plan=best_plan.yaml")
+    with pytest.raises(UserError, match=r"^strategy.tp: plan=best_plan.yaml gives the strategy; pass one of"):
+        check_typed_keys(planned, {"plan", "strategy.tp"})
+    with pytest.raises(UserError, match=r"^planner.max_tp: bounds the Megatron search shard-sim runs only when"):
+        check_typed_keys(planned, {"plan", "planner.max_tp"})
+    with pytest.raises(UserError, match=r"^planner.batch: bounds the Megatron search"):
+        check_typed_keys(_sim_cfg("strategy.tp=8"), {"strategy.tp", "planner.batch"})
+    check_typed_keys(_sim_cfg("strategy.tp=8"), {"strategy.tp", "sim.contention"})  # both read
+    check_typed_keys(_sim_cfg("planner.max_tp=4"), {"planner.max_tp"})  # bounds the Megatron search it runs
+
+
+@pytest.mark.parametrize(("name", "field", "value", "readers"), [
+    ("serving", "engine", "flow", "collectives"), ("collectives", "jobs", 2, "serving"),
+    ("inference", "gpu", "h200", "kernels"), ("moe", "quick", True, "fidelity, rewrites"),
+    ("rewrites", "strategies", 3, "fidelity"), ("kernels", "harness", "xla", "collectives")])
+def test_a_study_field_the_chosen_study_does_not_read_is_refused(tmp_path, name, field, value, readers):
+    cfg = OmegaConf.structured(ValidateAppConfig(study=StudyConfig(name=name, **{field: value})))
+    with pytest.raises(UserError, match=rf"^study.{field}: study {name} does not read it \(read by: {readers}\)"):
+        validate_run(cfg)
+
+
+def test_every_study_field_is_read_by_some_study_and_a_studys_own_fields_pass():
+    from dataclasses import fields
+
+    from validation.apps.validate import READS, STUDIES, _check_read
+
+    assert set(READS) == set(STUDIES)
+    assert {f.name for f in fields(StudyConfig)} - {"name", "data"} == set().union(*READS.values())
+    _check_read("kernels", OmegaConf.structured(StudyConfig(name="kernels", gpu="h200")))
+    _check_read("fidelity", OmegaConf.structured(StudyConfig(name="fidelity", quick=True, strategies=3)))

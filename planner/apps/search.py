@@ -38,7 +38,8 @@ from simcore.apps.common import (
     run_dir,
     typed_keys,
 )
-from simcore.apps.serving import check_typed_keys, is_serving
+from simcore.apps.serving import is_serving
+from simcore.apps.unread import check_typed_keys
 from simcore.config import ConfigError, build_context, build_engine_config, build_graph, build_space
 from simcore.models import model_summary
 from simcore.opgraph import SEARCHABLE_OPS, op_applies

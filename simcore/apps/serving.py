@@ -17,7 +17,6 @@ line, exit code 2.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from simcore.apps.common import UserError
 
 __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
            "build_serving_context", "plan_from_dict", "plan_from_config", "load_serving_plan", "is_serving",
-           "run_serving_sim", "metrics_row", "plan_launch", "write_launch", "check_typed_keys"]
+           "run_serving_sim", "metrics_row", "plan_launch", "write_launch"]
 
 
 @dataclass
@@ -182,40 +181,6 @@ def build_serving_config(s, load: float = 1.0):
                              tpot_slo_s=slo_seconds(s.tpot_slo_ms, "serving.tpot_slo_ms"), seed=int(s.seed))
     except ServingInputError as exc:
         raise UserError(str(exc)) from None
-
-
-#: workload fields a serving run does not read, and the serving field that says the same
-_SERVING_FIELD = {"workload.input_len": "serving.isl", "workload.output_len": "serving.osl",
-                  "workload.ttft_slo_ms": "serving.ttft_slo_ms", "workload.tpot_slo_ms": "serving.tpot_slo_ms"}
-
-
-def _unread_under_serving(key: str) -> str | None:
-    """Why a static run's key is not read by a serving run, with what to set instead; None if it is read."""
-    from simcore.config import SpaceConfig
-
-    head, _, rest = key.partition(".")
-    if key in _SERVING_FIELD:
-        return f"requests carry their own lengths and SLOs; set {_SERVING_FIELD[key]}"
-    if head == "strategy":
-        return "the plan is serving.plan.* or plan=FILE"
-    if head == "sim" and rest and not rest.startswith("routing"):
-        return "a serving step is priced by the lowering, which reads sim.routing.* alone"
-    if head == "planner" and rest.split(".")[0] in {f.name for f in dataclasses.fields(SpaceConfig)}:
-        return "a serving search's space is serving.search.*: tp, ep, pp, max_num_seqs, modes"
-    return None
-
-
-def check_typed_keys(cfg, typed: set[str]) -> None:
-    """Refuse keys the user typed (``typed``: :func:`simcore.apps.common.typed_keys`) that the run would
-    drop without a word: ``serving.*`` outside a serving run, and inside one the static run's fields that
-    ``serving.*`` replaces. Keys the config files set themselves (an experiment's ``workload.tpot_slo_ms``)
-    are not the user's and are not checked."""
-    for key in sorted(typed):
-        if not is_serving(cfg):
-            if key.partition(".")[0] == "serving":
-                raise UserError(f"{key}: read only under workload=serving, got workload.phase {cfg.workload.phase}")
-        elif why := _unread_under_serving(key):
-            raise UserError(f"{key}: not read under workload=serving ({why})")
 
 
 def build_serving_context(cfg):

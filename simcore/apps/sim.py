@@ -31,7 +31,8 @@ from simcore.apps.common import (
     run_dir,
     typed_keys,
 )
-from simcore.apps.serving import ServingAppConfig, check_typed_keys, is_serving, run_serving_sim
+from simcore.apps.serving import ServingAppConfig, is_serving, run_serving_sim
+from simcore.apps.unread import check_typed_keys
 from simcore.config import (
     HardwareConfig,
     ModelConfig,
@@ -62,7 +63,7 @@ _DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
 @dataclass
 class StrategyConfig:
     """A strategy typed on the command line (``strategy.tp=8 strategy.sharding.dense_ffn2=dim1``);
-    ignored when ``plan`` is given. A degree left null is 1 once any field is set; with none set
+    refused beside ``plan`` (:mod:`simcore.apps.unread`). A degree left null is 1 once any field is set; with none set
     (every degree null, Megatron's sharding, no replicas) the best Megatron plan is simulated."""
 
     tp: int | None = None

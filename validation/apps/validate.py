@@ -7,7 +7,7 @@ command checks the simulator against measurements this project never saw.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 import hydra
@@ -30,7 +30,8 @@ class StudyConfig:
     and note; ``nccl-tests``, ``xla``, ``torch`` force one). Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``.
     Serving only: ``jobs``, worker processes over its rows (``null`` = one per CPU core; the results do not
     depend on it: every row is its own seeded simulation). Kernels only: ``gpu``, the catalog GPU the
-    rows were timed on (the kernels schema has no hardware column)."""
+    rows were timed on (the kernels schema has no hardware column). A field changed for a study that does
+    not read it (``study.engine=flow`` on ``study=serving``) is refused (:data:`READS`)."""
 
     name: str = "collectives"
     data: str | None = None
@@ -121,12 +122,29 @@ STUDIES = {
     "rewrites": (_rewrites, None),
 }
 
+#: the ``study`` fields each study reads besides ``name`` and ``data`` (StudyConfig's docstring); another
+#: field changed from its default would be read by nothing, so it is refused
+READS = {"collectives": {"engine", "harness"}, "kernels": {"gpu"}, "inference": set(), "moe": set(),
+         "serving": {"jobs"}, "fidelity": {"strategies", "scenarios", "quick"}, "rewrites": {"scenarios", "quick"}}
+
+
+def _check_read(name: str, study) -> None:
+    for f in fields(StudyConfig):
+        if f.name in ("name", "data") or f.name in READS[name]:
+            continue
+        default = f.default_factory() if f.default is MISSING else f.default
+        if study.get(f.name, default) != default:
+            readers = ", ".join(n for n, read in READS.items() if f.name in read)
+            raise UserError(f"study.{f.name}: study {name} does not read it (read by: {readers}), "
+                            f"got {study.get(f.name)!r}")
+
 
 def run(cfg: DictConfig) -> dict:
     name = cfg.study.name
     if name not in STUDIES:
         raise UserError(f"study.name: {name!r} is not one of {', '.join(STUDIES)}")
     func, default = STUDIES[name]
+    _check_read(name, cfg.study)
     if default is None and (cfg.data or cfg.study.data):
         raise UserError(f"data: study {name} reads no CSV (it simulates its own "
                         f"scenarios: study.scenarios), got {cfg.data or cfg.study.data}")
