@@ -178,7 +178,7 @@ def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own
     assert typed_keys() == set()
     cfg = _serving_cfg()
     assert cfg.workload.tpot_slo_ms == 50  # the experiment's own, not the user's: not refused
-    check_typed_keys(cfg, set())
+    check_typed_keys(cfg, set(), "shard-sim")
     assert build_serving_context(cfg).workload.tpot_slo_s is None  # and not read: serving.* holds the SLOs
 
 
@@ -190,14 +190,36 @@ def test_a_static_runs_key_typed_for_a_serving_run_is_refused(key, needle):
     from simcore.apps.unread import check_typed_keys
 
     with pytest.raises(UserError, match=rf"^{re.escape(key)}: not read under workload=serving \(.*{re.escape(needle)}"):
-        check_typed_keys(_serving_cfg(), {"serving.isl", key})
+        check_typed_keys(_serving_cfg(), {"serving.isl", key}, "shard-sim")
 
 
 def test_what_a_serving_run_reads_is_not_refused():
     from simcore.apps.unread import check_typed_keys
 
-    check_typed_keys(_serving_cfg(), {"workload", "sim", "sim.routing.distribution", "serving.isl", "planner.name",
-                                      "planner.population", "workload.precision", "model", "experiment", "seed"})
+    read = {"workload", "sim", "sim.routing.distribution", "serving.isl", "planner.name", "planner.population",
+            "workload.precision", "model", "experiment", "seed", "serving.concurrency", "serving.search.tp"}
+    check_typed_keys(_serving_cfg(), read, "shard-sim")  # a search's command line replays its plan with plan=
+    check_typed_keys(_serving_cfg(), read, "shard-search")
+    check_typed_keys(_serving_cfg("serving.plan.mode=disagg"), {"serving.plan.prefill.tp", "serving.plan.decode.tp"},
+                     "shard-sim")
+    check_typed_keys(_serving_cfg("serving.plan.mode=seesaw"), {"serving.plan.host_kv_bytes_per_gpu"}, "shard-sim")
+    check_typed_keys(_serving_cfg("serving.spec_tokens=1"), {"serving.spec_accept"}, "shard-sim")
+    check_typed_keys(_serving_cfg("serving.search.spec_tokens=[0,1]"), {"serving.spec_accept"}, "shard-search")
+
+
+@pytest.mark.parametrize(("overrides", "key", "app", "needle"), [
+    ((), "serving.plan.pool.tp", "shard-search", "shard-search searches the plan"),
+    (("plan=p.yaml",), "serving.plan.pool.tp", "shard-sim", "plan=p.yaml gives the plan"),
+    (("serving.plan.mode=disagg",), "serving.plan.pool.tp", "shard-sim", "serves with serving.plan.prefill and"),
+    ((), "serving.plan.prefill.tp", "shard-sim", "serving.plan.mode=agg serves with serving.plan.pool"),
+    ((), "serving.plan.host_kv_bytes_per_gpu", "shard-sim", "read only under serving.plan.mode=seesaw, got agg"),
+    (("serving.rate=4",), "serving.concurrency", "shard-sim", "closed-loop clients are the arrivals only"),
+    ((), "serving.spec_accept", "shard-search", "read only with serving.spec_tokens > 0")])
+def test_a_serving_key_this_serving_run_does_not_read_is_refused(overrides, key, app, needle):
+    from simcore.apps.unread import check_typed_keys
+
+    with pytest.raises(UserError, match=rf"^{re.escape(key)}: .*{re.escape(needle)}"):
+        check_typed_keys(_serving_cfg(*overrides), {key}, app)
 
 
 def test_a_serving_key_typed_for_a_static_run_is_refused():
@@ -208,10 +230,10 @@ def test_a_serving_key_typed_for_a_static_run_is_refused():
 
     with initialize_config_module(config_module="conf", version_base=None):
         cfg = compose(config_name="sim", overrides=["experiment=dense-70b-1node"])
-    check_typed_keys(cfg, {"strategy.tp", "sim.contention", "workload.input_len"})
+    check_typed_keys(cfg, {"strategy.tp", "sim.contention", "workload.input_len"}, "shard-sim")
     with pytest.raises(UserError, match=r"^serving.concurrency: read only under workload=serving, got workload.phase "
                                         r"decode$"):
-        check_typed_keys(cfg, {"serving.concurrency", "strategy.tp"})
+        check_typed_keys(cfg, {"serving.concurrency", "strategy.tp"}, "shard-sim")
 
 
 def _sim_cfg(*overrides: str):
@@ -228,13 +250,13 @@ def test_a_strategy_beside_a_plan_file_and_a_space_bound_beside_either_are_refus
 
     planned = _sim_cfg("plan=best_plan.yaml")
     with pytest.raises(UserError, match=r"^strategy.tp: plan=best_plan.yaml gives the strategy; pass one of"):
-        check_typed_keys(planned, {"plan", "strategy.tp"})
+        check_typed_keys(planned, {"plan", "strategy.tp"}, "shard-sim")
     with pytest.raises(UserError, match=r"^planner.max_tp: bounds the Megatron search shard-sim runs only when"):
-        check_typed_keys(planned, {"plan", "planner.max_tp"})
+        check_typed_keys(planned, {"plan", "planner.max_tp"}, "shard-sim")
     with pytest.raises(UserError, match=r"^planner.batch: bounds the Megatron search"):
-        check_typed_keys(_sim_cfg("strategy.tp=8"), {"strategy.tp", "planner.batch"})
-    check_typed_keys(_sim_cfg("strategy.tp=8"), {"strategy.tp", "sim.contention"})  # both read
-    check_typed_keys(_sim_cfg("planner.max_tp=4"), {"planner.max_tp"})  # bounds the Megatron search it runs
+        check_typed_keys(_sim_cfg("strategy.tp=8"), {"strategy.tp", "planner.batch"}, "shard-sim")
+    check_typed_keys(_sim_cfg("strategy.tp=8"), {"strategy.tp", "sim.contention"}, "shard-sim")  # both read
+    check_typed_keys(_sim_cfg("planner.max_tp=4"), {"planner.max_tp"}, "shard-sim")  # bounds the Megatron search it runs
 
 
 @pytest.mark.parametrize(("name", "field", "value", "readers"), [
@@ -256,3 +278,14 @@ def test_every_study_field_is_read_by_some_study_and_a_studys_own_fields_pass():
     assert {f.name for f in fields(StudyConfig)} - {"name", "data"} == set().union(*READS.values())
     _check_read("kernels", OmegaConf.structured(StudyConfig(name="kernels", gpu="h200")))
     _check_read("fidelity", OmegaConf.structured(StudyConfig(name="fidelity", quick=True, strategies=3)))
+
+
+def test_shard_report_names_a_file_given_for_its_directory(tmp_path):
+    from validation.apps.report import ReportAppConfig
+    from validation.apps.report import run as report_run
+
+    (tmp_path / "x.csv").write_text("a\n")
+    with pytest.raises(UserError, match=r"^dir: .*x.csv is a file, not a run directory$"):
+        report_run(OmegaConf.structured(ReportAppConfig(dir=str(tmp_path / "x.csv"))))
+    with pytest.raises(UserError, match=r"^dir: no such directory .*nothing$"):
+        report_run(OmegaConf.structured(ReportAppConfig(dir=str(tmp_path / "nothing"))))

@@ -188,7 +188,7 @@ register()
 @cli_errors
 def _main(cfg: DictConfig) -> float:
     check_known_keys(cfg, SearchAppConfig, extra=("resume",))
-    check_typed_keys(cfg, typed_keys())
+    check_typed_keys(cfg, typed_keys(), "shard-search")
     try:
         summary = run(cfg)
     except SearchInterrupted as exc:

@@ -245,7 +245,7 @@ ConfigStore.instance().store(name="sim_schema", node=SimAppConfig)
 @cli_errors
 def _main(cfg: DictConfig) -> float:
     check_known_keys(cfg, SimAppConfig)
-    check_typed_keys(cfg, typed_keys())
+    check_typed_keys(cfg, typed_keys(), "shard-sim")
     payload = run(cfg)
     if "result" in payload:  # workload=serving
         metrics = payload["result"]["metrics"]

@@ -3,7 +3,8 @@
 Hydra composes every node of an app's schema, so a key set for another kind of run composes fine and is
 then read by nothing: ``serving.concurrency`` on a static run, ``strategy.tp`` or ``sim.contention`` on a
 ``workload=serving`` run (whose plan is ``serving.plan.*`` and whose steps the lowering prices),
-``strategy.*`` beside ``plan=FILE``. :func:`check_typed_keys` refuses those, naming the key and what to set
+``strategy.*`` beside ``plan=FILE``, ``serving.plan.*`` on ``shard-search`` (which searches the plan), the
+pool a serving mode does not serve with. :func:`check_typed_keys` refuses those, naming the key and what to set
 instead. Only what the user typed is checked (``typed``: :func:`simcore.apps.common.typed_keys`, Hydra's task
 overrides); values the config files set themselves, such as an experiment's ``workload.tpot_slo_ms``, are
 not the user's and pass.
@@ -44,6 +45,31 @@ def _unread_under_serving(key: str) -> str | None:
     return None
 
 
+def _unread_serving_key(cfg, key: str, typed: set[str], app: str) -> str | None:
+    """Why a ``serving.*`` key is not read by this serving run (``app``: ``shard-sim`` simulates one plan,
+    ``shard-search`` searches them), with what to set instead; None if it is read. ``serving.search.*`` on
+    ``shard-sim`` passes: a search's own command line, ``plan=`` its best plan added, replays that plan."""
+    parts = key.split(".")
+    s = cfg.serving
+    if parts[1:2] == ["plan"]:
+        if app == "shard-search":
+            return "shard-search searches the plan (serving.search.* bounds it); serving.plan.* is shard-sim's"
+        if cfg.get("plan"):
+            return f"plan={cfg.plan} gives the plan; pass one of plan= and serving.plan.*"
+        mode, part = str(s.plan.mode), parts[2] if len(parts) > 2 else ""
+        if part == "pool" and mode != "agg":
+            return f"serving.plan.mode={mode} serves with serving.plan.prefill and serving.plan.decode; pool is agg's"
+        if part in ("prefill", "decode") and mode == "agg":
+            return "serving.plan.mode=agg serves with serving.plan.pool; prefill and decode are disagg's and seesaw's"
+        if part == "host_kv_bytes_per_gpu" and mode != "seesaw":
+            return f"read only under serving.plan.mode=seesaw, got {mode}"
+    if key == "serving.concurrency" and (s.get("trace") or s.get("rate") is not None):
+        return "closed-loop clients are the arrivals only without serving.trace and serving.rate; set one of them"
+    if key == "serving.spec_accept" and not int(s.spec_tokens) and (app == "shard-sim" or not any(s.search.spec_tokens or [])):
+        return "acceptance rates of draft tokens, read only with serving.spec_tokens > 0 (or serving.search.spec_tokens)"
+    return None
+
+
 def _unread_in_static_run(cfg, key: str, typed: set[str]) -> str | None:
     """Why a key is not read by a static run (``shard-sim``'s ``plan`` / ``strategy`` / Megatron search);
     None if it is read."""
@@ -59,10 +85,16 @@ def _unread_in_static_run(cfg, key: str, typed: set[str]) -> str | None:
     return None
 
 
-def check_typed_keys(cfg, typed: set[str]) -> None:
+def check_typed_keys(cfg, typed: set[str], app: str) -> None:
     """Raise :class:`UserError` for the first key of ``typed`` (in sorted order) that the run ``cfg``
-    describes would not read."""
+    describes would not read; ``app``: ``shard-sim`` or ``shard-search``."""
     for key in sorted(typed):
-        why = _unread_under_serving(key) if is_serving(cfg) else _unread_in_static_run(cfg, key, typed)
+        if not is_serving(cfg):
+            why = _unread_in_static_run(cfg, key, typed)
+        elif key.partition(".")[0] == "serving":
+            why = _unread_serving_key(cfg, key, typed, app)
+        else:
+            why = _unread_under_serving(key)
+            why = why and f"not read under workload=serving ({why})"
         if why:
-            raise UserError(f"{key}: not read under workload=serving ({why})" if is_serving(cfg) else f"{key}: {why}")
+            raise UserError(f"{key}: {why}")

@@ -126,7 +126,8 @@ def run(cfg: DictConfig) -> list[dict]:
         raise UserError("dir: give the run or multirun directory (shard-report DIR)")
     root = Path(cfg.dir)
     if not root.is_dir():
-        raise UserError(f"dir: no such directory {root}")
+        raise UserError(f"dir: {root} is a file, not a run directory" if root.exists() else
+                        f"dir: no such directory {root}")
     jobs = collect(root)
     if not jobs:
         raise UserError(f"dir: no jobs found under {root} (no .hydra/, results.json or summary.json)")
