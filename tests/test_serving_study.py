@@ -440,3 +440,45 @@ def test_load_bands_split_at_8_and_32_clients(clients, band):
     from validation.studies.serving import _load
 
     assert _load({"clients": clients}) == band
+
+
+def test_every_shipped_row_relabelled_h100_maps_and_holds_less_kv_cache():
+    """The hold-out's kind of row, without reading it: every shipped H200 row with its ``system`` set to
+    ``h100_sxm`` maps as on H200 (the same skips, the same plan but where the H200 reading's GPUs cannot hold
+    the weights), and each pool of each mapped row holds a
+    KV cache no larger than on the H200 (80 GB against 141 GB), none where its weights alone exceed the
+    H100's share. A mapping that raised, read an H100 row's layout differently, or sized its memory from
+    the wrong GPU would fail here. (The full study on that relabelled file simulates 533 of 760
+    measurements; every skip is a layout without worker counts or weights that leave no KV cache:
+    validation/reports/serving/history.md.)"""
+    from simcore.serving.kvcache import kv_capacity_tokens
+    from validation.studies.serving import case_runtime
+
+    data = Path(__file__).resolve().parents[1] / "validation" / "data" / "serving_h200_measured.csv"
+    with open(data, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    h200 = [map_row(r) for r in rows]
+    h100 = [map_row({**r, "system": "h100_sxm"}) for r in rows]
+    assert [c.skip for c in h100] == [c.skip for c in h200]
+    smaller, none_left, reread = 0, 0, 0
+    for a, b in zip(h200, h100, strict=True):
+        if a.skip:
+            continue
+        assert b.ctx.cluster.gpu.name == "h100-sxm" and a.ctx.cluster.gpu.name != "h100-sxm"
+        if [(r, p.strategy, p.workers) for r, p in b.plan.pools] != [(r, p.strategy, p.workers) for r, p in a.plan.pools]:
+            # only the one reading that depends on the GPU: tp T = moe_tp x moe_ep on T GPUs where they hold
+            # the weights, else as written, on more GPUs (test_h100_rows_of_each_family_map_and_simulate)
+            assert _gpus(b) > _gpus(a), a.row["id"]
+            reread += 1
+            continue
+        for (_, pa), (_, pb) in zip(a.plan.pools, b.plan.pools, strict=True):
+            kv_a = kv_capacity_tokens(a.ctx, pa.strategy, case_runtime(a))
+            kv_b = kv_capacity_tokens(b.ctx, pb.strategy, case_runtime(b))
+            assert kv_b < kv_a, (a.row["id"], kv_a, kv_b)
+            smaller += 1
+            none_left += kv_b <= 0
+    assert smaller > 700 and 0 < none_left < smaller and reread < 100
+
+
+def _gpus(case) -> int:
+    return sum(p.workers * p.strategy.tp * p.strategy.ep * p.strategy.pp * p.strategy.dp for _, p in case.plan.pools)
