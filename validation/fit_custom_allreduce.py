@@ -34,7 +34,6 @@ The latencies are fitted on the ``fit`` rows only (a row's ``split``, :func:`val
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
@@ -44,7 +43,7 @@ from simcore.hardware import H100_SXM
 from simcore.serving import get_runtime
 from simcore.serving.step_cost import custom_all_reduce_time_s
 from validation import jsonline
-from validation.split import BadInput, run_script, split_of
+from validation.split import BadInput, read_rows, run_script, split_of
 
 __all__ = ["main", "load_points", "fit", "GRID_ONE_SHOT_S", "GRID_TWO_SHOT_S"]
 
@@ -58,15 +57,7 @@ GRID_TWO_SHOT_S = tuple(x * 1e-6 for x in (6, 7, 8, 9, 10, 11, 12, 14))
 
 def load_points(path: Path) -> list[dict]:
     """One point per (source, GPU count, size): the fastest of the runtime's own kernels the source timed."""
-    try:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise BadInput(f"--data: cannot read {path}: {exc.strerror or exc}") from None
-    missing = [c for c in _NEED if rows and c not in rows[0]]
-    if not rows or missing:
-        raise BadInput(f"--data: {path} needs columns {', '.join(_NEED)}" + (f" (missing {', '.join(missing)})"
-                                                                           if missing else " and rows"))
+    rows = read_rows(path, _NEED)
     best: dict[tuple, dict] = {}
     for i, r in enumerate(rows, start=2):
         if "nccl" in r["implementation"].lower():

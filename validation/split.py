@@ -16,11 +16,11 @@ import argparse
 import csv
 import functools
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["SPLITS", "DATA_DIR", "BadInput", "OneLineParser", "run_script", "split_of", "test_sources", "refuse_test_rows",
-           "split_label"]
+__all__ = ["SPLITS", "DATA_DIR", "BadInput", "OneLineParser", "read_rows", "run_script", "split_of", "test_sources",
+           "refuse_test_rows", "split_label"]
 
 SPLITS = ("fit", "test")
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -44,6 +44,21 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise BadInput(f"{self.prog}: {message}")
+
+
+def read_rows(path: Path, need: Sequence[str]) -> list[dict]:
+    """The rows of CSV ``path``, or a :class:`BadInput` naming the file: unreadable, without rows, or
+    without the columns ``need`` names."""
+    try:
+        with Path(path).open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as exc:
+        raise BadInput(f"--data: cannot read {path}: {exc.strerror or exc}") from None
+    missing = [c for c in need if rows and c not in rows[0]]
+    if not rows or missing:
+        raise BadInput(f"--data: {path} needs columns {', '.join(need)}"
+                       + (f" (missing {', '.join(missing)})" if missing else " and rows"))
+    return rows
 
 
 def run_script(main: Callable[[], object]) -> None:

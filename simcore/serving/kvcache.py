@@ -2,8 +2,9 @@
 
 Capacity comes from the memory model (:func:`simcore.memory.memory_per_gpu_bytes`): the share of HBM
 the runtime may use (``RuntimeProfile.mem_fraction``, capped by the GPU's usable HBM), less the
-weights and the activations of the largest step (a step of ``max_num_batched_tokens`` tokens, probed
-through the same memory model), divided by the KV bytes one token costs on the fullest GPU of the group.
+weights, the activations of the largest step (a step of ``max_num_batched_tokens`` tokens, probed
+through the same memory model) and what else the runtime holds (``RuntimeProfile.reserved_bytes``), divided
+by the KV bytes one token costs on the fullest GPU of the group.
 A runtime whose fraction is of the memory left after weights and activations
 (``RuntimeProfile.mem_fraction_of_free``: TensorRT-LLM) gets that share of the usable HBM they leave.
 SGLang's fraction is static (``RuntimeProfile.mem_fraction_static``): weights and KV cache only, the
@@ -106,6 +107,7 @@ def kv_capacity_tokens(ctx: CostContext, strategy: Strategy, runtime: RuntimePro
     if strategy.choice("attention") == DIM0:
         state *= strategy.tp  # the probe's one sequence sits whole on one GPU
     used -= step * kv_bytes_per_token(ctx, strategy) + state
+    used += runtime.reserved_bytes  # what the runtime's memory profile holds beside these (RuntimeProfile)
     free = fraction * (gpu.usable_hbm_bytes - used) if runtime.mem_fraction_of_free else budget - used
     return max(int(free // kv_bytes_per_token(ctx, strategy)), 0)
 

@@ -147,6 +147,17 @@ A profile holds few physical numbers, each with its source:
   requests run when every rank has one, or after the timeout
   (:class:`~simcore.serving.scheduler.AttentionDpBalance`). InferenceX's DeepSeek-R1 runs with attention
   DP turn it on with 60 and 0 (``dsr1_fp8_h200_trt.sh``).
+- ``reserved_bytes``: device memory the runtime holds on each GPU beside the weights, the KV cache and the
+  activations of its largest forward step that :func:`simcore.memory.memory_per_gpu_bytes` prices: what
+  its start-up memory profile counts on top of those (vLLM's dummy sampler run over ``max_num_seqs``
+  sequences of the whole vocabulary, its non-torch allocations: NCCL and custom all-reduce buffers, the
+  allocator's slack), taken out of its KV cache. vLLM: 5 GiB (``VLLM_RESERVED_BYTES``, ``python -m
+  validation.kv_capacity --fit`` on the fit source of ``validation/data/kv_capacity_published.csv``:
+  llm-d-benchmark's reading of vLLM's start-up logs of six launches of five models on one or two H100s,
+  whose profiles report 4.8-7.4 GiB of activation peak, growing with the vocabulary, and 0.1-0.6 GiB of
+  non-torch memory, where the forward's own activations come to ~1 GiB; the test sources, vLLM 0.19's logs
+  in llm-d-planner and logs in vLLM's issues, are scored out of sample). SGLang's static pool and
+  TensorRT-LLM's fraction of the free memory keep 0: no fit rows (one SGLang log, scored).
 - ``spec_tokens``, ``spec_accept``: speculative decoding (MTP, EAGLE; :mod:`simcore.serving.speculative`),
   off (0 draft tokens) in every profile, set per launch; ``spec_accept`` the conditional acceptance of each
   draft position (aiconfigurator's default rates unless the launch gives its own).
@@ -180,6 +191,11 @@ CUSTOM_AR_ONE_SHOT_S = 6.0e-6
 CUSTOM_AR_TWO_SHOT_S = 12.0e-6
 #: host time an MoE layer adds to an eager step in SGLang and TensorRT-LLM (module doc, ``eager_moe_layer_s``)
 EAGER_MOE_LAYER_S = 1.30e-3
+#: memory vLLM holds per GPU beside weights, KV cache and the forward's activations (module doc,
+#: ``reserved_bytes``): ``python -m validation.kv_capacity --fit`` on its fit source, 5 GiB (median |log
+#: error| of the KV size 0.021 on 6 start-ups; 0 GiB: 0.167), scored out of sample on 11 start-ups of other
+#: sources and versions: median |KV size error| 11.2% at 0 GiB, 5.3% at 5 GiB
+VLLM_RESERVED_BYTES = 5.0 * 2**30
 
 
 @dataclass(frozen=True)
@@ -219,6 +235,7 @@ class RuntimeProfile:
     moe_padded_rows: int = 0
     spec_tokens: int = 0
     spec_accept: tuple[float, ...] = DEFAULT_ACCEPT
+    reserved_bytes: float = 0.0
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -228,7 +245,7 @@ class RuntimeProfile:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s", "moe_layer_s",
-                  "eager_moe_layer_s", "custom_ar_s", "two_shot_ar_s"):
+                  "eager_moe_layer_s", "custom_ar_s", "two_shot_ar_s", "reserved_bytes"):
             if getattr(self, f) < 0:
                 raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")
         if not isinstance(self.moe_padded_rows, int) or self.moe_padded_rows < 0:
@@ -382,7 +399,7 @@ _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=3.0e-3, overlap_hos
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=10e-6,
                             custom_ar_s=CUSTOM_AR_ONE_SHOT_S, two_shot_ar_s=CUSTOM_AR_TWO_SHOT_S,
                             request_s=30e-3, moe_gemm_efficiency=0.25, moe_fp8_at_bf16_rate=True,
-                            moe_memory_efficiency=0.5, moe_layer_s=25e-6)
+                            moe_memory_efficiency=0.5, moe_layer_s=25e-6, reserved_bytes=VLLM_RESERVED_BYTES)
 
 _SGLANG = RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
                          graph_decode_only=True, mixed_batches=False, max_num_batched_tokens=8192,

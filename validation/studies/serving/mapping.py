@@ -75,7 +75,7 @@ from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requ
 from .moe_backend import moe_kernel_fields
 from .weight_format import FORMAT_BYTES, expert_format
 
-__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "version_fields"]
+__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "row_workload", "version_fields"]
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 NODE_GPUS = 8  # GPUs in one NVLink domain of every system above (HGX H100 / H200 / B200)
@@ -210,7 +210,9 @@ def _expert_format(row: dict, model) -> str | None:
     return expert_format(row.get("model_path") or "", row.get("moe_quant_mode") or p)
 
 
-def _workload(row: dict, model, gpu: str) -> Workload | str:
+def row_workload(row: dict, model, gpu: str) -> Workload | str:
+    """The workload of a row's ``precision`` (and, for 4-bit experts, ``model_path`` and
+    ``moe_quant_mode``) on ``gpu``, or a one-line reason it is not modelled."""
     p = (row.get("precision") or "").strip().lower()
     if p in ("fp8", "bf16"):
         return Workload(precision=p)
@@ -277,7 +279,7 @@ def _map_row(row: dict) -> RowCase:
         raise RowError(f"{'isl' if not case.isl else 'osl'}: a length is needed")
     case.runtime = runtime_of(row)
     model = get_model(preset)
-    workload = _workload(row, model, gpu)
+    workload = row_workload(row, model, gpu)
     if isinstance(workload, str):
         case.skip = workload
         return case
