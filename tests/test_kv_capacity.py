@@ -135,3 +135,14 @@ def test_the_shipped_reserve_is_what_the_fit_chooses_on_the_fit_source_and_the_t
     assert out["test"]["median_abs_kv_error"] < 0.10
     assert get_runtime("sglang").reserved_bytes == get_runtime("trtllm").reserved_bytes == 0.0
     assert get_runtime("sglang").mem_fraction is None  # a row without --mem-fraction-static: SGLang's default
+
+
+def test_sglangs_static_pool_matches_its_logged_launches_out_of_sample():
+    """SGLang's KV pool (its static memory fraction less the weights, nothing fitted) against its start-up
+    logs: the shipped launches of other sources than the vLLM fit (test rows), each priced on its own."""
+    out = kc.main([])
+    sglang = out["by_runtime"]["sglang"]
+    assert sglang["rows"] >= 4 and sglang["priced"] == sglang["rows"]
+    assert sglang["median_abs_kv_error"] < 0.05
+    rows = [r for r in kc.load_rows(kc._DATA) if r.row["runtime"] == "sglang"]
+    assert {r.split for r in rows} == {"test"}

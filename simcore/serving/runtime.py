@@ -157,7 +157,7 @@ A profile holds few physical numbers, each with its source:
   whose profiles report 4.8-7.4 GiB of activation peak, growing with the vocabulary, and 0.1-0.6 GiB of
   non-torch memory, where the forward's own activations come to ~1 GiB; the test sources, vLLM 0.19's logs
   in llm-d-planner and logs in vLLM's issues, are scored out of sample). SGLang's static pool and
-  TensorRT-LLM's fraction of the free memory keep 0: no fit rows (one SGLang log, scored).
+  TensorRT-LLM's fraction of the free memory keep 0: no fit rows (four SGLang logs, scored: 2.4%).
 - ``spec_tokens``, ``spec_accept``: speculative decoding (MTP, EAGLE; :mod:`simcore.serving.speculative`),
   off (0 draft tokens) in every profile, set per launch; ``spec_accept`` the conditional acceptance of each
   draft position (aiconfigurator's default rates unless the launch gives its own).
@@ -193,8 +193,8 @@ CUSTOM_AR_TWO_SHOT_S = 12.0e-6
 EAGER_MOE_LAYER_S = 1.30e-3
 #: memory vLLM holds per GPU beside weights, KV cache and the forward's activations (module doc,
 #: ``reserved_bytes``): ``python -m validation.kv_capacity --fit`` on its fit source, 5 GiB (median |log
-#: error| of the KV size 0.021 on 6 start-ups; 0 GiB: 0.167), scored out of sample on 11 start-ups of other
-#: sources and versions: median |KV size error| 11.2% at 0 GiB, 5.3% at 5 GiB
+#: error| of the KV size 0.021 on 6 start-ups; 0 GiB: 0.167), scored out of sample on 14 start-ups of other
+#: sources, versions and runtimes: median |KV size error| 8.1% at 0 GiB, 4.3% at 5 GiB
 VLLM_RESERVED_BYTES = 5.0 * 2**30
 
 
