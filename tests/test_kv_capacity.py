@@ -146,3 +146,17 @@ def test_sglangs_static_pool_matches_its_logged_launches_out_of_sample():
     assert sglang["median_abs_kv_error"] < 0.05
     rows = [r for r in kc.load_rows(kc._DATA) if r.row["runtime"] == "sglang"]
     assert {r.split for r in rows} == {"test"}
+
+
+def test_reserve_gib_scores_vllm_at_another_reserve_and_refuses_a_bad_one(capsys):
+    """``--reserve-gib 0`` is the model before the fit: every vLLM launch holds more cache than at the
+    shipped reserve, SGLang's the same; a negative reserve or one beside ``--fit`` is one line, exit 2."""
+    zero, shipped = kc.main(["--reserve-gib", "0"]), kc.main([])
+    assert zero["vllm_reserved_gib"] == 0.0 and zero["test"]["median_signed_kv_error"] > shipped["test"]["median_signed_kv_error"]
+    assert zero["by_runtime"]["sglang"] == shipped["by_runtime"]["sglang"]
+    for bad in (["--reserve-gib", "-1"], ["--reserve-gib", "nan"], ["--reserve-gib", "0", "--fit"]):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exit_:
+            from validation.split import run_script
+            run_script(lambda bad=bad: kc.main(bad))
+        assert exit_.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -30,7 +30,7 @@ One constant is fitted on these rows, by source (each row's ``split``): vLLM's
 ``RuntimeProfile.reserved_bytes``, the memory its start-up profile holds beside the weights and the
 forward's activations. ``--fit`` chooses it on the ``fit`` rows (a grid of 0-10 GiB in steps of 0.25 GiB,
 minimising the median ``|log(simulated / logged)|`` of the KV size) and prints both sets at it; without
-``--fit`` the shipped value is scored. The ``fit`` rows are in sample, the ``test`` rows out of sample
+``--fit`` the shipped value is scored (``--reserve-gib X``: another, e.g. 0 for the figures before the fit). The ``fit`` rows are in sample, the ``test`` rows out of sample
 (other sources and vLLM versions), and every figure says which. Any CSV with these columns is read; a bad value is one line naming its line and
 column, exit 2. Ends with one JSON line:
 ``{"rows", "priced", "median_abs_kv_error", "median_signed_kv_error", "median_abs_weights_error",
@@ -271,9 +271,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", type=Path, default=_DATA)
     parser.add_argument("--rows", action="store_true", help="print every row")
     parser.add_argument("--fit", action="store_true", help="fit vLLM's reserved_bytes on the fit rows first")
+    parser.add_argument("--reserve-gib", type=float, default=None,
+                        help="score vLLM's rows at this reserve instead of the shipped one (0: as before the fit)")
     args = parser.parse_args(argv)
+    if args.reserve_gib is not None and (args.fit or not 0 <= args.reserve_gib < 1e3):
+        parser.error("--reserve-gib: a number of GiB from 0, without --fit" if args.fit
+                     else f"--reserve-gib: must be at least 0, got {args.reserve_gib:g}")
     loaded = load_rows(args.data)
-    reserve = get_runtime("vllm").reserved_bytes
+    reserve = get_runtime("vllm").reserved_bytes if args.reserve_gib is None else args.reserve_gib * _GIB
     if args.fit:
         reserve, err = fit_reserve([p for p in loaded if p.split == "fit"])
         print(f"fit ({split_label('fit', sum(p.split == 'fit' for p in loaded))}): vLLM reserved_bytes = "
