@@ -1,11 +1,19 @@
 """A 4-bit routed expert's bytes include its block scales, in its checkpoint's format (the serving study)."""
 
+from pathlib import Path
+
 import pytest
 
 from simcore.serving import get_runtime, runtime_strategy
 from simcore.serving.step_cost import GroupBatch, StepCost
 from validation.studies.serving.mapping import map_row
-from validation.studies.serving.weight_format import CHECKPOINT_FORMAT, FORMAT_BYTES, expert_weight_bytes
+from validation.studies.serving.moe_backend import vllm_mxfp4_padding
+from validation.studies.serving.weight_format import (
+    CHECKPOINT_FORMAT,
+    FORMAT_BYTES,
+    expert_weight_bytes,
+    marlin_padding,
+)
 
 _ROW = {"source_url": "x", "id": "row", "backend": "vllm", "backend_version": "0.16.0", "system": "h200_sxm",
         "mode": "agg", "isl": "1024", "osl": "1024", "batch_size": "4", "pp_size": "1", "tp_size": "8",
@@ -35,14 +43,15 @@ def test_the_checkpoint_names_the_format_not_the_rows_label():
     assert set(CHECKPOINT_FORMAT.values()) <= set(FORMAT_BYTES)
 
 
-@pytest.mark.parametrize("model_path, precision, label, fmt", [
-    ("openai/gpt-oss-120b", "fp4", "nvfp4", "mxfp4"),
-    ("moonshotai/Kimi-K2.5", "int4", "int4_wo", "int4_g32"),
+@pytest.mark.parametrize("model_path, precision, label, fmt, padding", [
+    # InferenceX's gpt-oss vLLM launch runs Marlin: TP 8 holds 360 -> 384 x 2880 -> 3072 per expert matrix
+    ("openai/gpt-oss-120b", "fp4", "nvfp4", "mxfp4", 384 * 3072 / (360 * 2880)),
+    ("moonshotai/Kimi-K2.5", "int4", "int4_wo", "int4_g32", 1.0),
 ])
-def test_study_rows_carry_their_checkpoints_expert_bytes(model_path, precision, label, fmt):
+def test_study_rows_carry_their_checkpoints_expert_bytes(model_path, precision, label, fmt, padding):
     case = map_row(_row(model_path=model_path, precision=precision, gemm_quant_mode=label, moe_quant_mode=label))
     assert not case.skip, case.skip
-    assert case.ctx.workload.expert_weight_bytes == FORMAT_BYTES[fmt]
+    assert case.ctx.workload.expert_weight_bytes == pytest.approx(FORMAT_BYTES[fmt] * padding)
     fp8 = map_row(_row(model_path="MiniMaxAI/MiniMax-M2.5", precision="fp8", gemm_quant_mode="fp8",
                        moe_quant_mode="fp8"))
     assert fp8.ctx.workload.expert_weight_bytes is None  # FP8 block scales: 4 bytes per 16,384 weights
@@ -80,3 +89,52 @@ def test_a_memory_bound_decode_step_reads_the_scales_too():
     step = [GroupBatch([], 4, 4 * 1500.0, 4)]
     strategy, rt = runtime_strategy(tp=8), get_runtime("vllm")
     assert sum(StepCost(scaled, strategy, rt).stage_times(step)[0]) > sum(StepCost(bare, strategy, rt).stage_times(step)[0])
+
+
+
+@pytest.mark.parametrize("tp, padding", [
+    # gpt-oss (hidden 2880, expert intermediate 2880) split tp ways; Marlin pads to 128 and 256
+    (1, 2944 * 3072 / (2880 * 2880)),
+    (2, 1536 * 3072 / (1440 * 2880)),
+    (4, 768 * 3072 / (720 * 2880)),
+    (8, 384 * 3072 / (360 * 2880)),
+])
+def test_vllm_holds_mxfp4_experts_padded_to_marlins_tiles(tp, padding):
+    assert vllm_mxfp4_padding("vllm", "mxfp4", "h200", 2880, 2880, tp) == pytest.approx(padding)
+    assert marlin_padding(2880, 2880 // tp) == pytest.approx(padding)
+
+
+def test_only_vllms_mxfp4_experts_on_hopper_are_padded():
+    assert marlin_padding(256, 128) == 1.0  # already on the tiles
+    assert marlin_padding(100, 64) == 256 * 128 / (100 * 64)
+    assert vllm_mxfp4_padding("vllm", "mxfp4", "h100-sxm", 2880, 2880, 1) > 1.0
+    assert vllm_mxfp4_padding("vllm", "int4_g32", "h200", 2880, 2880, 1) == 1.0
+    assert vllm_mxfp4_padding("trtllm", "mxfp4", "h200", 2880, 2880, 1) == 1.0
+    assert vllm_mxfp4_padding("sglang", "mxfp4", "h200", 2880, 2880, 1) == 1.0
+    assert vllm_mxfp4_padding("vllm", "mxfp4", "b200", 2880, 2880, 1) == 1.0
+    assert vllm_mxfp4_padding("vllm", None, "h200", 2880, 2880, 1) == 1.0
+    with pytest.raises(ValueError, match="layout"):
+        vllm_mxfp4_padding("vllm", "mxfp4", "h200", 2880, 2880, 7)
+    with pytest.raises(ValueError, match="positive"):
+        marlin_padding(0, 64)
+
+
+def test_a_gpt_oss_row_is_priced_with_its_padded_experts():
+    def padding_of(**kw):
+        case = map_row(_row(model_path="openai/gpt-oss-120b", precision="fp4", **kw))
+        assert not case.skip, case.skip
+        return case.ctx.workload.expert_weight_bytes / FORMAT_BYTES["mxfp4"]
+
+    assert padding_of() == pytest.approx(384 * 3072 / (360 * 2880))  # TP 8
+    assert padding_of(system="h100_sxm", tp_size=1, moe_tp_size=1) == pytest.approx(2944 * 3072 / (2880 * 2880))
+    assert padding_of(backend="trtllm") == 1.0
+
+
+def test_kv_capacity_prices_the_padded_experts_as_the_study_does():
+    from validation.kv_capacity import load_rows, price_row
+
+    rows = [price_row(p) for p in load_rows(Path("validation/data/kv_capacity_published.csv"))]
+    oss = [p for p in rows if "gpt-oss-20b" in p.row["model_path"] and p.row["tp_size"] == "2"]
+    assert len(oss) == 1 and oss[0].sim_weights_gib is not None
+    # Marlin's padding at TP 2 (+13.8% of the experts) against the 7.01 GiB the log shows
+    assert oss[0].sim_weights_gib == pytest.approx(7.01, rel=0.02)

@@ -23,7 +23,9 @@ degrees, the memory fraction (blank: the runtime's default) and the token budget
 the serving study prices a row of that runtime, model and layout, and the tool prints, per row and by
 runtime and GPU, the simulated against the logged KV tokens, KV GiB and weights GiB (the weights per GPU
 of :func:`simcore.memory.memory_per_gpu_bytes` at a one-token step, within a few MiB of the weights
-alone). A row the tool cannot price (a model without a preset, a layout the strategy refuses) is listed
+alone). A vLLM row's MXFP4 experts on Hopper are held padded to Marlin's tiles, as the study holds them
+(:func:`validation.studies.serving.moe_backend.vllm_mxfp4_padding`, chosen on these fit rows' weights).
+A row the tool cannot price (a model without a preset, a layout the strategy refuses) is listed
 with why and left out of the medians.
 
 One constant is fitted on these rows, by source (each row's ``split``): vLLM's
@@ -55,6 +57,8 @@ from validation import jsonline
 from validation.split import BadInput, OneLineParser, read_rows, run_script, split_label, split_of
 from validation.studies.serving.kv_dtype import kv_cache_precision
 from validation.studies.serving.mapping import SYSTEMS, model_preset, row_workload
+from validation.studies.serving.moe_backend import vllm_mxfp4_padding
+from validation.studies.serving.weight_format import expert_format
 
 __all__ = ["main", "load_rows", "price_row", "fit_reserve", "PricedRow", "GRID_RESERVED_GIB"]
 
@@ -177,11 +181,20 @@ def price_row(p: PricedRow, vllm_reserved_bytes: float | None = None) -> PricedR
     if isinstance(workload, str):
         p.skip = workload
         return p
+    tp, pp = int(r["tp_size"] or 1), int(r["pp_size"] or 1)
+    if workload.expert_weight_bytes is not None:
+        expert_tp = 1 if _flag(r["expert_parallel"]) else tp  # vLLM's expert parallelism keeps experts whole
+        try:
+            factor = vllm_mxfp4_padding(r["runtime"].strip(), expert_format(r["model_path"], precision), gpu,
+                                        model.hidden_size, model.expert_ffn_size, expert_tp)
+        except ValueError as exc:
+            p.skip = str(exc)
+            return p
+        workload = replace(workload, expert_weight_bytes=workload.expert_weight_bytes * factor)
     kv = _KV_DTYPES[(r["kv_cache_dtype"] or "").strip().lower()]
     if kv is None:  # the runtime's default for this checkpoint (the serving study's rule, at no harness length)
         kv = kv_cache_precision(r["runtime"].strip(), r["runtime_version"] or "", r["model_path"], preset,
                                 workload.precision, 0, 0)
-    tp, pp = int(r["tp_size"] or 1), int(r["pp_size"] or 1)
     dp = int(r["dp_size"] or 1)
     # attention-DP groups whose experts are split across them; a DP rank without expert parallelism (or of a
     # dense model) is a replica of its own, whose KV cache is the one logged

@@ -13,7 +13,9 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
   rounded up to 64), ``cuda_graph_config.max_batch_size: 128``, ``free_gpu_memory_fraction: 0.75``, and with
   attention DP ``attention_dp_config: {enable_balance: true, timeout_iters: 60, batching_wait_iters: 0}``.
 - vLLM, gpt-oss-120b (``gptoss_fp4_h200.sh``): ``--max-num-batched-tokens 8192``,
-  ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``.
+  ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``, and ``export
+  VLLM_MXFP4_USE_MARLIN=1``: the MXFP4 experts on Marlin's kernels, held padded to its tiles
+  (:mod:`.moe_backend`, which prices every vLLM MXFP4 row so).
 - TensorRT-LLM, gpt-oss-120b (``gptoss_fp4_h200_trt.sh``): ``--max_num_tokens 20000``,
   ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch), and
   ``moe_config.backend: TRITON``, which is what TensorRT-LLM runs MXFP4 experts with on any Hopper GPU
@@ -48,7 +50,8 @@ own script (its runners, ``runners/launch_h100-*.sh``, start ``${model}_${precis
 InferenceX's configs (``.github/configs/nvidia-master.yaml``, the older ``master.yaml``) run three
 single-node H100 benchmarks, all on vLLM:
 
-- gpt-oss-120b (``gptoss_fp4_h100.sh``): the H200 script's token budget, capture size and memory share.
+- gpt-oss-120b (``gptoss_fp4_h100.sh``): the H200 script's token budget, capture size, memory share and
+  ``VLLM_MXFP4_USE_MARLIN=1``.
 - MiniMax-M2.5 (``minimaxm2.5_fp8_h100.sh``): ``--gpu-memory-utilization 0.90``, where the H200 script
   passes 0.95 (its ``--max-num-seqs 256`` is above the sweep's 64 clients; its ``cudagraph_mode:
   PIECEWISE``, attention outside the graphs, is not modelled).
@@ -65,6 +68,8 @@ defaults. These are launch settings read from the harness, not fitted values.
 
 from __future__ import annotations
 
+from .weight_format import round_up
+
 __all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS",
            "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT"]
 
@@ -77,10 +82,6 @@ HARNESS_SYSTEMS = ("h200_sxm", "h100_sxm")
 _GPT_OSS_VLLM = {"max_num_batched_tokens": 8192, "graph_max_tokens": 2048, "mem_fraction": 0.90}
 #: requests each closed-loop client sends: InferenceX's ``--num-prompts`` is 10 x the concurrency
 REQUESTS_PER_CLIENT = 10
-
-
-def _round_up(value: int, step: int) -> int:
-    return -(-value // step) * step
 
 
 def _harness_run(isl: int, osl: int, system: str) -> bool:
@@ -101,7 +102,7 @@ def launch_flags(backend: str, preset: str, isl: int, osl: int, concurrency: int
         return {"max_num_batched_tokens": 32768, "graph_max_tokens": 512 if (isl, osl) == (1024, 1024) else 256,
                 "mem_fraction": 0.82}
     if backend == "trtllm" and deepseek:
-        return {"max_num_batched_tokens": max(8192, _round_up(concurrency + isl + 64, 64)), "graph_max_tokens": 128,
+        return {"max_num_batched_tokens": max(8192, round_up(concurrency + isl + 64, 64)), "graph_max_tokens": 128,
                 "mem_fraction": 0.75, "attention_dp_balance": True, "attention_dp_timeout_iters": 60,
                 "attention_dp_batching_wait_iters": 0}
     if backend == "vllm" and preset.startswith("gpt-oss"):
@@ -152,7 +153,7 @@ def deepseek_trtllm_mtp_flags(concurrency: int, isl: int, tp: int, attention_dp:
     the study simulates its rows without, and ``python -m validation.serving_spec`` shows both."""
     mtp = 1 if attention_dp else 3
     per_rank = concurrency // tp if attention_dp else concurrency
-    return {"spec_tokens": mtp, "max_num_batched_tokens": _round_up((mtp + 1) * per_rank + isl + 64, 64)}
+    return {"spec_tokens": mtp, "max_num_batched_tokens": round_up((mtp + 1) * per_rank + isl + 64, 64)}
 
 
 def requests_per_client(backend: str, preset: str, isl: int, osl: int, system: str = "h200_sxm") -> int:
@@ -161,3 +162,4 @@ def requests_per_client(backend: str, preset: str, isl: int, osl: int, system: s
     if _harness_run(isl, osl, system) and system == "h200_sxm" and backend == "sglang" and preset.startswith("glm-5"):
         return 5
     return REQUESTS_PER_CLIENT
+

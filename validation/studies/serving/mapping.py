@@ -16,7 +16,8 @@ The mapping, column by column:
   Kimi-K2 INT4 experts) are weight-only 4-bit experts: each expert weight half a byte plus its
   block's scale, in the checkpoint's format (:mod:`.weight_format`: MXFP4 0.53125 bytes, group-32 INT4
   0.5625); on Hopper (no 4-bit tensor-core math) every GEMM runs in BF16 and the other weights are BF16
-  as those checkpoints ship them, elsewhere FP8.
+  as those checkpoints ship them, elsewhere FP8. vLLM holds MXFP4 experts on Hopper padded to Marlin's
+  tiles (:func:`.moe_backend.vllm_mxfp4_padding`).
 - Layout per pool: ``tp_size`` is the attention TP degree, ``attention_dp_size`` the data-parallel
   attention groups (our ``ep``: experts split that many ways). Experts expert-parallel beyond those
   groups run inside each TP group (the pool's ``moe_ep`` = ``moe_ep_size / attention_dp_size``, experts
@@ -72,7 +73,7 @@ from simcore.workload import Workload
 
 from .kv_dtype import kv_cache_precision
 from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
-from .moe_backend import moe_kernel_fields
+from .moe_backend import moe_kernel_fields, vllm_mxfp4_padding
 from .weight_format import FORMAT_BYTES, expert_format
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "row_workload", "version_fields"]
@@ -309,6 +310,7 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
     nodes = max(1, -(-plan.gpus // NODE_GPUS))
     case.model, case.plan = preset, plan
     system = (case.row.get("system") or "").strip()
+    workload = _padded(workload, pools, model, backend, _expert_format(case.row, model), gpu)
     case.launch = launch_flags(backend, preset, case.isl, case.osl, case.concurrency, tp=pools[0].strategy.tp,
                                system=system) | moe_kernel_fields(backend, _expert_format(case.row, model), gpu) \
         | version_fields(case.row, model.is_moe, workload.precision)
@@ -317,6 +319,18 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
     routing = RoutingConfig(sampled=True) if model.is_moe else None  # module doc: the busiest expert rank
     case.ctx = CostContext(model, workload, Cluster.simple(gpu, num_gpus=NODE_GPUS * nodes, nvlink_domain_size=NODE_GPUS),
                            routing=routing)
+
+
+def _padded(workload: Workload, pools: list[Pool], model, backend: str, fmt: str | None, gpu: str) -> Workload:
+    """The workload with its experts' bytes padded as the row's runtime holds them
+    (:func:`.moe_backend.vllm_mxfp4_padding`); pools whose experts pad differently cannot share one
+    workload, so are refused."""
+    factors = {vllm_mxfp4_padding(backend, fmt, gpu, model.hidden_size, model.expert_ffn_size,
+                                  p.strategy.tp // p.moe_ep) for p in pools}
+    if len(factors) > 1:
+        raise RowError("layout: the pools split their MXFP4 experts to sizes vLLM pads differently; not modelled")
+    factor = factors.pop()
+    return workload if factor == 1.0 else replace(workload, expert_weight_bytes=workload.expert_weight_bytes * factor)
 
 
 def _holds_weights(case: RowCase, pool: Pool) -> bool:

@@ -36,8 +36,18 @@ were simulated with it; its decode pair moved from profile ``vllm``'s to the ker
 the history says. One contrary point stands: an H100 ``triton_kernels`` repro at a forced tile runs
 ``matmul_ogs`` at ~60% of peak HBM bandwidth, where the pair gives 90% (README).
 
-vLLM's gpt-oss rows are not covered. Its runs set ``VLLM_MXFP4_USE_MARLIN=1``, Marlin's weight-only
-kernels, also not timed here, so they keep profile ``vllm``.
+vLLM's gpt-oss rows keep profile ``vllm``'s MoE constants; their experts run Marlin's weight-only
+kernels, not timed here. What Marlin changes is the bytes: vLLM holds MXFP4 experts padded to its tiles,
+which the GPU loads and reads (:func:`vllm_mxfp4_padding`, :func:`.weight_format.marlin_padding`). Marlin
+is what InferenceX's gpt-oss vLLM runs use: ``gptoss_fp4_h200.sh`` and ``gptoss_fp4_h100.sh`` both
+``export VLLM_MXFP4_USE_MARLIN=1`` (vLLM's ``get_mxfp4_backend`` otherwise takes ``triton_kernels``'
+``matmul_ogs`` on SM90 where that package is installed, as vLLM's images ship it, and Marlin where it is
+not). A vLLM launch whose kernel is not known (the KV-cache logs of ``validation.kv_capacity``, any CSV
+row) is priced the same way, chosen on the fit launches' logged weights (llm-d-benchmark, H100, in
+sample): gpt-oss-120b and -20b at TP 1 load 64.38 and 13.47 GiB, Marlin's padding gives +2.2% and +1.3%,
+Triton's -5.7% and -5.0%; out of sample, gpt-oss-20b at TP 2 (vLLM 0.19, llm-d-planner) loads 7.01 GiB,
+Marlin +0.6%, Triton -7.1%. No other runtime's padding was read: TensorRT-LLM's and SGLang's MXFP4
+experts keep their bare bytes.
 """
 
 from __future__ import annotations
@@ -45,7 +55,10 @@ from __future__ import annotations
 from simcore.hardware import get_gpu
 from simcore.serving import get_runtime
 
-__all__ = ["TRITON_FUSED_MOE_DECODE", "TRITON_MOE_FIELDS", "moe_kernel_fields", "triton_moe_fields"]
+from .weight_format import marlin_padding
+
+__all__ = ["TRITON_FUSED_MOE_DECODE", "TRITON_MOE_FIELDS", "moe_kernel_fields", "triton_moe_fields",
+           "vllm_mxfp4_padding"]
 
 #: Triton ``fused_moe`` at decode sizes as its published timings price it: HBM share of a dense GEMM's on
 #: the active experts' weights and fixed time per call (``python -m validation.fit_moe_kernels --decode``:
@@ -72,3 +85,15 @@ def moe_kernel_fields(backend: str, expert_format: str | None, gpu: str) -> dict
     if backend == "trtllm" and expert_format == "mxfp4" and get_gpu(gpu).arch == "hopper":
         return triton_moe_fields()
     return {}
+
+
+def vllm_mxfp4_padding(backend: str, expert_format: str | None, gpu: str, hidden: int, expert_ffn: int,
+                       expert_tp: int) -> float:
+    """Factor on each routed-expert weight's bytes of a row: Marlin's padding (module doc) for vLLM's MXFP4
+    experts on a Hopper GPU, their intermediate size ``expert_ffn`` split ``expert_tp`` ways as vLLM
+    shards it; 1.0 for any other row."""
+    if backend != "vllm" or expert_format != "mxfp4" or get_gpu(gpu).arch != "hopper":
+        return 1.0
+    if expert_tp < 1 or expert_ffn % expert_tp:
+        raise ValueError(f"layout: an expert intermediate size of {expert_ffn} does not split {expert_tp} ways")
+    return marlin_padding(hidden, expert_ffn // expert_tp)

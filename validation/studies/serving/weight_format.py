@@ -16,11 +16,21 @@ Which format a row's experts are in is the checkpoint's, not the sample's label 
 gpt-oss-120b ``nvfp4``; its checkpoint is MXFP4): :data:`CHECKPOINT_FORMAT` names the published
 checkpoints, each with its source; a checkpoint not named there takes its format from the label
 (``mxfp4``, ``nvfp4``; any INT4 label: ``int4_g128``, the common default).
+
+A kernel may hold an expert's matrices padded to its tiles; the padding is loaded into HBM and read
+with the weights. vLLM's Marlin MXFP4 MoE kernel (:func:`marlin_padding`; which rows run it:
+:mod:`.moe_backend`): ``Mxfp4MoEMethod.create_weights`` pads for "n % 256 == 0 and k % 128 == 0" of both
+GEMMs (gate/up: n = 2 x inter, k = hidden; down: n = hidden, k = inter), the intermediate size on one GPU
+to a multiple of 128 and the hidden size to 256 (the same in the two vLLM versions read, one with and
+one without the ``--mxfp4-backend`` option). gpt-oss (2880 both): 2944 x 3072 at TP 1, +9.0% of the
+experts' elements; 360 -> 384 at TP 8 (and 720 -> 768, 1440 -> 1536), +13.8%. vLLM's other Hopper path,
+``triton_kernels``' ``matmul_ogs``, pads less (the intermediate size to 64; its Hopper value layout to 64
+values along K and 16 rows: none for gpt-oss at TP 1), and is not what these rows run.
 """
 
 from __future__ import annotations
 
-__all__ = ["FORMAT_BYTES", "CHECKPOINT_FORMAT", "expert_format", "expert_weight_bytes"]
+__all__ = ["FORMAT_BYTES", "CHECKPOINT_FORMAT", "expert_format", "expert_weight_bytes", "marlin_padding", "round_up"]
 
 #: Bytes per weight element of each block-scaled 4-bit format (module doc): 4 bits plus the block's scale
 FORMAT_BYTES = {
@@ -54,3 +64,16 @@ def expert_format(model_path: str, label: str) -> str:
 def expert_weight_bytes(model_path: str, label: str) -> float:
     """Bytes per routed-expert weight element of a 4-bit row, in its :func:`expert_format`."""
     return FORMAT_BYTES[expert_format(model_path, label)]
+
+
+def round_up(value: int, step: int) -> int:
+    """``value`` rounded up to a multiple of ``step``."""
+    return -(-value // step) * step
+
+
+def marlin_padding(hidden: int, inter: int) -> float:
+    """Padded over unpadded elements of one expert's gate/up (``2 inter x hidden``) and down (``hidden x
+    inter``) matrices in vLLM's Marlin MXFP4 layout, ``inter`` the intermediate size on one GPU (module doc)."""
+    if hidden < 1 or inter < 1:
+        raise ValueError(f"hidden and inter must be positive, got {hidden} and {inter}")
+    return round_up(inter, 128) * round_up(hidden, 256) / (inter * hidden)
