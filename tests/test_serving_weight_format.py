@@ -138,3 +138,15 @@ def test_kv_capacity_prices_the_padded_experts_as_the_study_does():
     assert len(oss) == 1 and oss[0].sim_weights_gib is not None
     # Marlin's padding at TP 2 (+13.8% of the experts) against the 7.01 GiB the log shows
     assert oss[0].sim_weights_gib == pytest.approx(7.01, rel=0.02)
+
+
+def test_pools_that_pad_their_experts_differently_are_refused_in_one_line():
+    row = _row(model_path="openai/gpt-oss-120b", precision="fp4", mode="disagg", prefill_num_workers=1,
+               decode_num_workers=1, prefill_tp_size=1, prefill_moe_tp_size=1, prefill_attention_dp_size=1,
+               prefill_moe_ep_size=1, decode_tp_size=8, decode_moe_tp_size=8, decode_attention_dp_size=1,
+               decode_moe_ep_size=1, prefill_batch_size=4, decode_batch_size=4)
+    case = map_row(row)
+    assert case.skip.startswith("layout: the pools split their MXFP4 experts"), case.skip
+    assert "\n" not in case.skip
+    same = map_row({**row, "prefill_tp_size": "8", "prefill_moe_tp_size": "8"})
+    assert not same.skip, same.skip
