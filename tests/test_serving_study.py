@@ -16,6 +16,9 @@ _BASE = {"source_url": "x", "id": "row", "backend": "vllm", "backend_version": "
          "silicon_tpot_ms": "10", "silicon_data_source": "source_file=a.csv; silicon_concurrency=8"}
 
 
+_SAMPLE = Path(__file__).resolve().parents[1] / "validation" / "data" / "serving_h200_measured.csv"
+
+
 def _row(**kw) -> dict:
     row = dict(_BASE)
     row.update({k: str(v) for k, v in kw.items()})
@@ -197,13 +200,39 @@ def test_split_is_by_model():
 def test_no_measurement_of_the_shipped_sample_is_in_both_sets():
     """The sample lists DeepSeek-R1's runs under DeepSeek-V3 too: a split by model must not score the same
     measurement in the test set that the fit saw."""
-    from validation.studies.serving import measurement_key
-    cases = load_cases(Path(__file__).resolve().parents[1] / "validation" / "data" / "serving_h200_measured.csv")
-    sets: dict[tuple, set[str]] = {}
-    for case in cases:
-        sets.setdefault(measurement_key(case.row), set()).add(split_of(case.row))
-    assert all(len(s) == 1 for s in sets.values())
+    from validation.studies.serving.measurement import measurement_groups
+    cases = load_cases(_SAMPLE)
+    groups = measurement_groups([c.row for c in cases])
+    assert all(len({split_of(cases[i].row) for i in g}) == 1 for g in groups)
     assert sum(bool(d) for d in duplicates(cases)) > 100  # the sample's repeats exist and are found
+
+
+def test_the_sample_copies_rounded_to_a_hundredth_of_a_ms_are_found():
+    """Qwen3.5-397B and Kimi-K2.5 are listed a third time, rounded to 0.01 ms (measurement module doc):
+    each of those rows stands beside a full-precision copy of its run and is scored once."""
+    cases = load_cases(_SAMPLE)
+    dup = dict(zip((c.row["id"] for c in cases), duplicates(cases), strict=True))
+    rounded = [c.row for c in cases if "gap-analysis.csv" in c.row["silicon_data_source"]]
+    assert len(rounded) == 30
+    by_id = {c.row["id"]: c.row for c in cases}
+    for row in rounded:
+        kept = by_id[dup[row["id"]]]  # a duplicate, of a full-precision row listed earlier
+        assert "gap-analysis" not in kept["silicon_data_source"]
+        assert all(abs(float(kept[f]) - float(row[f])) <= 0.005 for f in ("silicon_ttft_ms", "silicon_tpot_ms"))
+
+
+def test_distinct_runs_of_the_sample_are_further_apart_than_a_rounded_copy():
+    """What makes 0.01 ms copies safe to merge: no two distinct runs of one configuration in the shipped
+    sample come within twice a rounded copy's 0.005 ms on both latencies (closest pair: 0.058 ms)."""
+    from validation.studies.serving.measurement import measurement_groups, run_key
+    rows = [c.row for c in load_cases(_SAMPLE)]
+    firsts = [rows[g[0]] for g in measurement_groups(rows)]
+    by_run: dict[tuple, list[dict]] = {}
+    for row in firsts:
+        by_run.setdefault(run_key(row), []).append(row)
+    closest = min(max(abs(float(a[f]) - float(b[f])) for f in ("silicon_ttft_ms", "silicon_tpot_ms"))
+                  for runs in by_run.values() for i, a in enumerate(runs) for b in runs[i + 1:])
+    assert closest > 0.01
 
 
 def test_duplicates_keep_the_first_simulable_row_and_ignore_float_noise():
@@ -214,6 +243,17 @@ def test_duplicates_keep_the_first_simulable_row_and_ignore_float_noise():
     cases = [map_row(r) for r in rows]
     assert cases[0].skip and not cases[1].skip
     assert duplicates(cases) == ["b", "", "b", "", ""]
+
+
+def test_duplicates_read_a_rounded_copy_to_its_own_precision():
+    """A copy written to 0.01 ms is the run it rounds; a full float 0.006 ms away, or a copy whose other
+    latency differs, is another run."""
+    base = dict(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1)
+    rows = [_row(id="full", silicon_ttft_ms="307.79067178664263", silicon_tpot_ms="10.08063544978878", **base),
+            _row(id="rounded", silicon_ttft_ms="307.79", silicon_tpot_ms="10.08", **base),
+            _row(id="near", silicon_ttft_ms="307.79667178664263", silicon_tpot_ms="10.08063544978878", **base),
+            _row(id="other_tpot", silicon_ttft_ms="307.79", silicon_tpot_ms="10.09", **base)]
+    assert duplicates([map_row(r) for r in rows]) == ["", "full", "", ""]
 
 
 def test_run_scores_each_measurement_once(tmp_path):

@@ -31,11 +31,9 @@ Fit and test: the runtime profiles' host cost per step is fitted (``python -m va
 on the rows of the models in :data:`FIT_MODELS` only; every other model's rows are the test set. The
 study labels each row and reports both sets, test first.
 
-One measurement, one row: the sample lists some InferenceX runs more than once (under its database
-dump and under two daily source files, and DeepSeek-R1's runs also as ``deepseek-ai/DeepSeek-V3``, ids
-``dsr1_*``). Rows with the same backend, mode, lengths, concurrency and measured TTFT and TPOT (to six
-significant digits, :func:`measurement_key`) are one measurement: the first that maps to a simulation is
-simulated and scored, the others are written with ``duplicate_of`` its id and left out of every count.
+One measurement, one row: the sample lists some InferenceX runs more than once, some copies rounded to
+0.01 ms (:mod:`.measurement`). Of the rows that are one measurement, the first that maps to a simulation
+is simulated and scored, the others are written with ``duplicate_of`` its id and left out of every count.
 
 Writes ``rows.csv`` (the input columns plus ``set``, ``sim_ttft_ms``, ``sim_tpot_ms``,
 ``ttft_rel_error``, ``tpot_rel_error``, ``skipped_reason``) and ``summary.json``; prints per-backend
@@ -47,7 +45,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +57,7 @@ from validation.studies.common import read_csv
 from .journal import fingerprint, simulate_rows
 from .launch import REQUESTS_PER_CLIENT
 from .mapping import RowCase, map_row
+from .measurement import duplicates, measurement_key
 
 __all__ = ["run", "simulate_case", "case_runtime", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
            "summarize_rows", "RANGE_RATIO", "REQUESTS_PER_CLIENT", "measurement_key", "duplicates"]
@@ -78,35 +76,6 @@ _OUT_COLUMNS = ("set", "clients", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error"
 
 def split_of(row: dict) -> str:
     return "fit" if row.get("model_path", "").strip() in FIT_MODELS else "test"
-
-
-def measurement_key(row: dict) -> tuple:
-    """What one measurement is (module doc): rows with equal keys are the same run listed twice."""
-
-    def sig(text) -> str:  # the sample's copies of one run differ in the last bits of their floats
-        try:
-            return f"{float(text):.6g}"
-        except (TypeError, ValueError):
-            return str(text).strip()
-
-    found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source", ""))
-    return (row.get("backend", "").strip(), row.get("mode", "").strip(), sig(row.get("isl")), sig(row.get("osl")),
-            found.group(1) if found else "", sig(row.get("silicon_ttft_ms")), sig(row.get("silicon_tpot_ms")))
-
-
-def duplicates(cases: list[RowCase]) -> list[str]:
-    """Per case, ``""`` or the id of the row that stands for its measurement (module doc): in each group
-    of equal :func:`measurement_key`, the first case that maps to a simulation, else the first."""
-    groups: dict[tuple, list[int]] = {}
-    for i, case in enumerate(cases):
-        groups.setdefault(measurement_key(case.row), []).append(i)
-    out = [""] * len(cases)
-    for members in groups.values():
-        keep = next((i for i in members if not cases[i].skip), members[0])
-        for i in members:
-            if i != keep:
-                out[i] = cases[keep].row.get("id", "") or f"row {keep + 1}"
-    return out
 
 
 def load_cases(path: Path) -> list[RowCase]:
