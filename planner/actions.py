@@ -35,8 +35,8 @@ from simcore.memory import bit, memory_per_gpu_bytes, structural_reasons
 from simcore.opgraph import CHOICES, DIM0, DIM1, SEARCHABLE_OPS, choice_code, op_applies
 from simcore.strategy import megatron_sharding
 
-from .megatron import BASE_WIDTH, KEY_WIDTH, full_keys
-from .space import SearchSpace
+from planner.megatron import BASE_WIDTH, KEY_WIDTH, full_keys
+from planner.space import SearchSpace
 
 __all__ = ["Head", "ActionSpace", "OUTSIDE_SPACE", "REDUNDANT", "row_reasons", "redundant_fits"]
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .actions import ActionSpace
-from .evaluator import Evaluator
+from planner.actions import ActionSpace
+from planner.evaluator import Evaluator
 
 __all__ = ["RandomSearch", "RandomWalk", "Annealing", "Genetic", "neighbor"]
 

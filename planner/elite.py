@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .actions import ActionSpace
+from planner.actions import ActionSpace
 
 __all__ = ["Elite"]
 

@@ -19,8 +19,8 @@ from simcore.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.proxy import evaluate_batch
 from simcore.strategy import megatron_sharding
 
-from .actions import OUTSIDE_SPACE, ActionSpace
-from .megatron import full_keys
+from planner.actions import OUTSIDE_SPACE, ActionSpace
+from planner.megatron import full_keys
 
 __all__ = ["Evaluator", "Outcome", "warm_start_keys"]
 

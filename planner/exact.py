@@ -59,9 +59,9 @@ from simcore.opgraph import REPLICATED, SEARCHABLE_OPS, choice_code, model_ops, 
 from simcore.proxy import BatchResult, evaluate_batch
 from simcore.strategy import megatron_sharding
 
-from .actions import row_reasons
-from .megatron import BASE_WIDTH, KEY_WIDTH
-from .space import SearchSpace
+from planner.actions import row_reasons
+from planner.megatron import BASE_WIDTH, KEY_WIDTH
+from planner.space import SearchSpace
 
 __all__ = ["ExactResult", "exact_optimum", "brute_force", "GROUPS", "CONDITION"]
 

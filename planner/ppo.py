@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .actions import ActionSpace
-from .policy import Policy, masked_log_probs
+from planner.actions import ActionSpace
+from planner.policy import Policy, masked_log_probs
 
 __all__ = ["PPOConfig", "Rollout", "PPO"]
 

@@ -17,7 +17,7 @@ from simcore.lowering import CostContext
 from simcore.proxy import evaluate
 from simcore.strategy import Strategy
 
-from .megatron import canonical_key, strategy_from_key
+from planner.megatron import canonical_key, strategy_from_key
 
 __all__ = ["Reranked", "rerank", "rerank_search", "make_reranker"]
 

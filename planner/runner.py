@@ -20,14 +20,14 @@ import numpy as np
 from simcore.lowering import CostContext
 from simcore.strategy import Strategy
 
-from .actions import ActionSpace
-from .baselines import Annealing, Genetic, RandomSearch, RandomWalk
-from .checkpoint import config_difference, load_checkpoint, save_checkpoint
-from .evaluator import Evaluator
-from .exact import exact_optimum
-from .megatron import full_keys, megatron_search, strategy_from_key
-from .search import PPOSearch
-from .space import SearchSpace
+from planner.actions import ActionSpace
+from planner.baselines import Annealing, Genetic, RandomSearch, RandomWalk
+from planner.checkpoint import config_difference, load_checkpoint, save_checkpoint
+from planner.evaluator import Evaluator
+from planner.exact import exact_optimum
+from planner.megatron import full_keys, megatron_search, strategy_from_key
+from planner.search import PPOSearch
+from planner.space import SearchSpace
 
 __all__ = ["ITERATIVE", "SearchResult", "SearchInterrupted", "make_actions", "run_planner"]
 

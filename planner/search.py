@@ -21,11 +21,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .actions import ActionSpace
-from .elite import Elite
-from .evaluator import Evaluator
-from .policy import Policy
-from .ppo import PPO, PPOConfig, Rollout
+from planner.actions import ActionSpace
+from planner.elite import Elite
+from planner.evaluator import Evaluator
+from planner.policy import Policy
+from planner.ppo import PPO, PPOConfig, Rollout
 
 __all__ = ["PPOSearch", "reward", "BLOCKS"]
 

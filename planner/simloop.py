@@ -166,8 +166,8 @@ def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: C
     ``budget``), memoized in ``cache``; returns the simulated plans as ``Reranked``, best first."""
     from simcore.proxy import evaluate
 
-    from .megatron import canonical_key, strategy_from_key
-    from .rerank import Reranked, _score
+    from planner.megatron import canonical_key, strategy_from_key
+    from planner.rerank import Reranked, _score
 
     def canon(key):
         return canonical_key(key, ctx.model)

@@ -29,9 +29,9 @@ from simcore.lowering import CostContext
 from simcore.memory import bit
 from simcore.opgraph import SEARCHABLE_OPS, op_applies
 
-from .exact import _assemble, _base_codes, _price, _Probe, _probe_keys, _rows, brute_force
-from .megatron import KEY_WIDTH, canonical_key
-from .space import SearchSpace
+from planner.exact import _assemble, _base_codes, _price, _Probe, _probe_keys, _rows, brute_force
+from planner.megatron import KEY_WIDTH, canonical_key
+from planner.space import SearchSpace
 
 __all__ = ["TopK", "top_k"]
 

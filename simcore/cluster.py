@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .collectives import Fabric
-from .hardware import GpuSpec, get_gpu
+from simcore.collectives import Fabric
+from simcore.hardware import GpuSpec, get_gpu
 
 __all__ = ["Cluster", "group_ranks_per_domain"]
 

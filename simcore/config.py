@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine.simulate import EngineConfig
+from simcore.engine.simulate import EngineConfig
 
 __all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig", "SpaceConfig",
            "build_context", "build_workload", "build_cluster", "build_graph", "build_engine_config", "build_space",
@@ -86,7 +86,7 @@ class SpaceConfig:
 
 def build_space(ctx, space: SpaceConfig):
     """The :class:`~simcore.space.SearchSpace` of a context and a composed ``planner`` node."""
-    from .space import SearchSpace
+    from simcore.space import SearchSpace
 
     if space.batch is not None and not len(space.batch):  # null is the default; [] would silently be too
         raise ConfigError("planner.batch: an empty list; give batch sizes, or null for the default")
@@ -124,7 +124,7 @@ def slo_seconds(value_ms, name: str) -> float | None:
 
 
 def build_workload(cfg: WorkloadConfig):
-    from .workload import Workload
+    from simcore.workload import Workload
 
     return Workload(phase=cfg.phase, precision=cfg.precision, kv_precision=getattr(cfg, "kv_precision", None),
                     input_len=int(cfg.input_len),
@@ -156,8 +156,8 @@ def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):
     (``hardware.name``: ``auto``, the default, takes the topology's GPU; a named GPU must match it)."""
     import dataclasses
 
-    from .cluster import Cluster
-    from .hardware import get_gpu
+    from simcore.cluster import Cluster
+    from simcore.hardware import get_gpu
 
     cluster = Cluster.from_graph(build_graph(topology, hardware))
     if hardware.name != "auto" and hardware.name != cluster.gpu.name:
@@ -173,8 +173,8 @@ def build_context(model: ModelConfig, hardware: HardwareConfig, topology: Topolo
                   workload: WorkloadConfig, sim=None):
     """The :class:`~simcore.lowering.CostContext` of a composed config; with ``sim`` (the ``sim``
     node) its MoE routing reaches the proxy, which then prices the expected routing skew."""
-    from .lowering import CostContext
-    from .models import get_model
+    from simcore.lowering import CostContext
+    from simcore.models import get_model
 
     routing = None if sim is None else build_engine_config(sim).routing
     return CostContext(model=get_model(model.name), workload=build_workload(workload),

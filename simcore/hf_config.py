@@ -248,7 +248,7 @@ def _parse_falcon(r: Reader) -> dict[str, Any]:
 
 def _parse_spec(r: Reader) -> dict[str, Any]:
     """The output of :meth:`ModelSpec.to_dict`: dataclass fields verbatim, type-checked."""
-    from .models import ModelSpec
+    from simcore.models import ModelSpec
 
     fields = {f.name: f for f in dataclasses.fields(ModelSpec) if f.name != "name"}
     unknown = set(r.cfg) - set(fields) - {"model_type", "name"}
@@ -272,7 +272,7 @@ def _parse_spec(r: Reader) -> dict[str, Any]:
 
 
 def _parsers() -> dict[str, Callable[[Reader], dict[str, Any]]]:
-    from . import hf_families as fam
+    from simcore import hf_families as fam
 
     llama = {t: _parse_llama for t in ("llama", "mistral", "mixtral", "qwen2", "qwen3")}
     return {**llama, "gptj": _parse_gptj, "falcon": _parse_falcon, "RefinedWeb": _parse_falcon,
@@ -318,7 +318,7 @@ def from_hf_config(source: str | os.PathLike[str] | Mapping[str, Any], name: str
     the dict, else the file stem, else the model type. Raises :class:`ModelConfigError` naming the
     file and field.
     """
-    from .models import ModelSpec
+    from simcore.models import ModelSpec
 
     if isinstance(source, Mapping):
         cfg, label, stem = source, "model config <dict>", None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hf_config import _MISSING as _NONE
-from .hf_config import Reader, qwen_attention, windowed_layers
+from simcore.hf_config import _MISSING as _NONE
+from simcore.hf_config import Reader, qwen_attention, windowed_layers
 
 __all__ = ["parse_deepseek", "parse_qwen_moe", "parse_gpt_oss", "parse_llama4", "parse_minimax_m2",
            "parse_glm4_moe", "parse_qwen_hybrid", "QWEN_HYBRID_TYPES"]

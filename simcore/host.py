@@ -31,7 +31,7 @@ __all__ = ["graph_kernel_s", "kernel_fixed_s", "with_host", "launch_floor"]
 
 def graph_kernel_s() -> float:
     """Fixed time of one kernel inside a replayed CUDA graph: the serving profiles' default."""
-    from .serving.runtime import RuntimeProfile  # lazy: simcore.serving imports the lowering
+    from simcore.serving.runtime import RuntimeProfile  # lazy: simcore.serving imports the lowering
 
     return float(RuntimeProfile.graph_kernel_s)
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lowering import CostContext
-from .opgraph import CHOICES, SEARCHABLE_OPS
-from .proxy import BatchResult, evaluate_batch
-from .space import SearchSpace
-from .strategy import Strategy
+from simcore.lowering import CostContext
+from simcore.opgraph import CHOICES, SEARCHABLE_OPS
+from simcore.proxy import BatchResult, evaluate_batch
+from simcore.space import SearchSpace
+from simcore.strategy import Strategy
 
 __all__ = ["RankedPlans", "megatron_search", "rank", "strategy_from_key"]
 

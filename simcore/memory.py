@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import sparse_attention as dsa
-from .lowering import CostContext, StrategyArrays
-from .opgraph import DIM0, DIM1, REPLICATED, model_ops
+from simcore import sparse_attention as dsa
+from simcore.lowering import CostContext, StrategyArrays
+from simcore.opgraph import DIM0, DIM1, REPLICATED, model_ops
 
 __all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "structural_reasons",
            "redundant_fit_error"]

@@ -21,7 +21,7 @@ import functools
 import json
 from pathlib import Path
 
-from .hf_config import REJECTED, ModelConfigError
+from simcore.hf_config import REJECTED, ModelConfigError
 
 __all__ = ["MODEL_NAMES", "CONFIG_DIR", "preset_for"]
 

@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from . import linear_attention as gdn
-from . import sparse_attention as dsa
-from .hf_config import SPEC_TYPE, ModelConfigError, from_hf_config
-from .model_ids import CONFIG_DIR, MODEL_NAMES, preset_for
+from simcore import linear_attention as gdn
+from simcore import sparse_attention as dsa
+from simcore.hf_config import SPEC_TYPE, ModelConfigError, from_hf_config
+from simcore.model_ids import CONFIG_DIR, MODEL_NAMES, preset_for
 
 __all__ = ["ModelSpec", "ModelConfigError", "from_hf_config", "get_model", "preset_for", "model_summary",
            "MODEL_NAMES", "CONFIG_DIR"]

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .host import launch_floor, with_host
-from .lowering import CostContext, StrategyArrays, Task, lower
-from .memory import bit, memory_per_gpu_bytes, reason_names, stage_layers, structural_reasons
-from .strategy import Strategy
+from simcore.host import launch_floor, with_host
+from simcore.lowering import CostContext, StrategyArrays, Task, lower
+from simcore.memory import bit, memory_per_gpu_bytes, reason_names, stage_layers, structural_reasons
+from simcore.strategy import Strategy
 
 __all__ = ["BatchResult", "ProxyResult", "evaluate_batch", "evaluate", "STATIC_SAMPLES"]
 
@@ -106,7 +106,7 @@ def _expert_load(ctx: CostContext, s: StrategyArrays, phase: str):
     m = ctx.model
     if ctx.routing is None or not m.is_moe:
         return 1.0
-    from .moe import expected_max_loads
+    from simcore.moe import expected_max_loads
 
     tokens = s.batch / (s.ep * s.microbatches) * (ctx.workload.input_len if phase == "prefill" else 1)
     return expected_max_loads(ctx.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, s.redundant)

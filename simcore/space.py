@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .lowering import CostContext, StrategyArrays
-from .opgraph import SEARCHABLE_OPS, choice_code
-from .strategy import megatron_sharding
+from simcore.lowering import CostContext, StrategyArrays
+from simcore.opgraph import SEARCHABLE_OPS, choice_code
+from simcore.strategy import megatron_sharding
 
 __all__ = ["SearchSpace", "powers_of_two", "replicas_can_help"]
 

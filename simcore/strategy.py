@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from .opgraph import CHOICES, SEARCHABLE_OPS, choice_code
+from simcore.opgraph import CHOICES, SEARCHABLE_OPS, choice_code
 
 __all__ = ["Strategy", "megatron_sharding", "megatron_strategy", "StrategyError"]
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cluster import Cluster
-from .models import ModelSpec
-from .opgraph import SEARCHABLE_OPS
-from .strategy import Strategy
-from .workload import Workload
+from simcore.cluster import Cluster
+from simcore.models import ModelSpec
+from simcore.opgraph import SEARCHABLE_OPS
+from simcore.strategy import Strategy
+from simcore.workload import Workload
 
 __all__ = ["StrategyArrays", "Task", "CostContext"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .hardware import PRECISION_BYTES
+from simcore.hardware import PRECISION_BYTES
 
 __all__ = ["Workload", "PHASES"]
 

@@ -15,10 +15,10 @@ from simcore.memory import reason_names
 from simcore.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.strategy import Strategy, megatron_sharding
 
-from ..actions import OUTSIDE_SPACE
-from ..megatron import full_keys
-from ..rerank import Reranked
-from ..runner import SearchResult
+from planner.actions import OUTSIDE_SPACE
+from planner.megatron import full_keys
+from planner.rerank import Reranked
+from planner.runner import SearchResult
 
 __all__ = ["write_candidates", "write_metrics", "plot_curve", "rerank_table", "sharding_diff"]
 

@@ -13,12 +13,12 @@ Entry points: :func:`run_serving_search` (``shard-search workload=serving``, see
 - :mod:`.pareto`: the front across loads, the best plan per SLO, the closest misses
 """
 
-from .app import run_serving_search, search_plans
-from .evaluator import Record, ServingEvaluator, slo_miss
-from .methods import METHODS, method_config, run_method
-from .pareto import best_per_slo, closest_misses, pareto_mask, sweep_loads
-from .poolwise import pool_seeds
-from .space import ServingSpace
+from planner.serving.app import run_serving_search, search_plans
+from planner.serving.evaluator import Record, ServingEvaluator, slo_miss
+from planner.serving.methods import METHODS, method_config, run_method
+from planner.serving.pareto import best_per_slo, closest_misses, pareto_mask, sweep_loads
+from planner.serving.poolwise import pool_seeds
+from planner.serving.space import ServingSpace
 
 __all__ = ["run_serving_search", "search_plans", "ServingSpace", "ServingEvaluator", "Record", "slo_miss",
            "METHODS", "method_config", "run_method", "pareto_mask", "sweep_loads", "best_per_slo", "closest_misses",

@@ -47,8 +47,8 @@ import numpy as np
 from simcore.serving import Pool, ServingConfig, ServingPlan, runtime_strategy
 from simcore.serving.step_cost import StepCost
 
-from .poolwise import DecodeScreen, Screened, closed_screened_ttft, prefill_option
-from .space import MODE_VALUES, ServingSpace
+from planner.serving.poolwise import DecodeScreen, Screened, closed_screened_ttft, prefill_option
+from planner.serving.space import MODE_VALUES, ServingSpace
 
 __all__ = ["DecodePick", "screened_decodes", "screen_decodes", "aggregated_seeds"]
 

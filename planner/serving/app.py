@@ -31,24 +31,15 @@ from simcore.apps.serving import build_serving_config, build_serving_context, pl
 from simcore.config import build_graph
 from simcore.export.serving import SERVING_TARGETS
 
-from ..apps.outputs import write_metrics
-from ..checkpoint import StopRequest
-from ..config import PlannerConfig
-from ..runner import SearchInterrupted
-from .evaluator import ServingEvaluator
-from .journal import SimJournal
-from .methods import METHODS, method_config, run_method
-from .pareto import (
-    POINT_COLUMNS,
-    best_per_slo,
-    closest_misses,
-    mark_front,
-    plot_front,
-    point,
-    sweep_loads,
-    write_points,
-)
-from .space import ServingSpace
+from planner.apps.outputs import write_metrics
+from planner.checkpoint import StopRequest
+from planner.config import PlannerConfig
+from planner.runner import SearchInterrupted
+from planner.serving.evaluator import ServingEvaluator
+from planner.serving.journal import SimJournal
+from planner.serving.methods import METHODS, method_config, run_method
+from planner.serving.pareto import POINT_COLUMNS, best_per_slo, closest_misses, mark_front, plot_front, point, sweep_loads, write_points
+from planner.serving.space import ServingSpace
 
 __all__ = ["run_serving_search", "search_plans", "serving_space", "check_serving_planner"]
 

@@ -31,10 +31,10 @@ import numpy as np
 
 from simcore.serving import ServingConfig, ServingPlan, ServingResult, simulate_serving
 
-from ..evaluator import Outcome
-from .agg_seeds import aggregated_seeds, screen_decodes, screened_decodes
-from .poolwise import screen_plans
-from .space import MODE_VALUES, ServingSpace
+from planner.evaluator import Outcome
+from planner.serving.agg_seeds import aggregated_seeds, screen_decodes, screened_decodes
+from planner.serving.poolwise import screen_plans
+from planner.serving.space import MODE_VALUES, ServingSpace
 
 __all__ = ["ServingEvaluator", "Record", "slo_miss"]
 

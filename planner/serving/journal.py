@@ -22,7 +22,7 @@ from pathlib import Path
 
 from simcore.apps.common import UserError
 
-from ..checkpoint import config_difference
+from planner.checkpoint import config_difference
 
 __all__ = ["JOURNAL_NAME", "SimJournal"]
 

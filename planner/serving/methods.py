@@ -24,10 +24,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..baselines import Annealing, Genetic, RandomSearch, RandomWalk
-from ..config import PlannerConfig, check_planner_settings
-from ..search import PPOSearch
-from .evaluator import ServingEvaluator
+from planner.baselines import Annealing, Genetic, RandomSearch, RandomWalk
+from planner.config import PlannerConfig, check_planner_settings
+from planner.search import PPOSearch
+from planner.serving.evaluator import ServingEvaluator
 
 __all__ = ["METHODS", "run_method", "method_config"]
 

@@ -21,7 +21,7 @@ import numpy as np
 from simcore.apps.common import atomic_save_figure
 from simcore.serving import ServingConfig, ServingPlan, simulate_serving
 
-from .evaluator import slo_miss
+from planner.serving.evaluator import slo_miss
 
 __all__ = ["pareto_mask", "point", "sweep_loads", "best_per_slo", "closest_misses", "write_points", "plot_front",
            "POINT_COLUMNS"]

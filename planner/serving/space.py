@@ -46,7 +46,7 @@ from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.serving.runtime import RuntimeProfile
 from simcore.space import powers_of_two
 
-from ..actions import ActionSpace, Head
+from planner.actions import ActionSpace, Head
 
 __all__ = ["ServingSpace", "HEADS", "WORKER_COUNTS"]
 

@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import jsonline
+from simcore import jsonline
 
 __all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
            "check_known_keys", "config_errors_exit_2", "config_error_line", "typed_keys"]

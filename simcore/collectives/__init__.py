@@ -9,16 +9,8 @@
 
 from __future__ import annotations
 
-from .constants import (
-    ALGORITHMS,
-    ALGORITHMS_BY_COLLECTIVE,
-    COLLECTIVES,
-    DEFAULT,
-    PROTOCOLS,
-    Fabric,
-    NcclConstants,
-)
-from .cost import AUTO_ALGORITHMS, collective_time_s, select
+from simcore.collectives.constants import ALGORITHMS, ALGORITHMS_BY_COLLECTIVE, COLLECTIVES, DEFAULT, PROTOCOLS, Fabric, NcclConstants
+from simcore.collectives.cost import AUTO_ALGORITHMS, collective_time_s, select
 
 __all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "AUTO_ALGORITHMS", "DEFAULT",
            "Fabric", "NcclConstants", "collective_time_s", "select"]

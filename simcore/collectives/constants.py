@@ -14,7 +14,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from ..hardware import GpuSpec, get_gpu
+from simcore.hardware import GpuSpec, get_gpu
 
 __all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "FABRICS", "ARCHITECTURES",
            "NcclConstants", "Fabric", "DEFAULT", "check_fabric"]

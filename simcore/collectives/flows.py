@@ -46,12 +46,12 @@ from collections import defaultdict
 
 import simpy
 
-from ..chainset import ChainSet
-from .constants import DEFAULT, Fabric, NcclConstants
-from .cost import candidates, make_shape
-from .formulas import PROTO_INDEX, EntryCost, Shape, entry_cost, hierarchical_phases, p2p_bandwidths
-from .patterns import Flow, Leg, Plan, domains, double_binary_trees
-from .pipeline import WIRE_FACTOR, kernel_channels, nccl_link_efficiency
+from simcore.chainset import ChainSet
+from simcore.collectives.constants import DEFAULT, Fabric, NcclConstants
+from simcore.collectives.cost import candidates, make_shape
+from simcore.collectives.formulas import PROTO_INDEX, EntryCost, Shape, entry_cost, hierarchical_phases, p2p_bandwidths
+from simcore.collectives.patterns import Flow, Leg, Plan, domains, double_binary_trees
+from simcore.collectives.pipeline import WIRE_FACTOR, kernel_channels, nccl_link_efficiency
 
 __all__ = ["run_collective", "simulate_collective", "resolve", "double_binary_trees", "collective_channels",
            "compile_collective", "run_compiled"]

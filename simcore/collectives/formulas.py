@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .constants import Fabric, NcclConstants
+from simcore.collectives.constants import Fabric, NcclConstants
 
 __all__ = ["EntryCost", "Shape", "entry_cost", "hierarchical_phases", "PROTO_INDEX", "ring_bus_bandwidth",
            "nvls_channel_bandwidth", "p2p_bandwidths"]

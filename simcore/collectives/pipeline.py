@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .constants import NcclConstants
+from simcore.collectives.constants import NcclConstants
 
 __all__ = ["NCCL_STEPS", "BUFFSIZE_BYTES", "STEP_BYTES", "WIRE_FACTOR", "nccl_link_efficiency",
            "kernel_channels", "ring_channel_reference"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..collectives import DEFAULT
-from ..collectives.cost import make_shape
-from ..collectives.flows import _compile, _execute, _fill_ratio, resolve
-from ..collectives.formulas import PROTO_INDEX, p2p_bandwidths
-from ..collectives.patterns import Plan, domains
-from ..collectives.pipeline import nccl_link_efficiency
+from simcore.collectives import DEFAULT
+from simcore.collectives.cost import make_shape
+from simcore.collectives.flows import _compile, _execute, _fill_ratio, resolve
+from simcore.collectives.formulas import PROTO_INDEX, p2p_bandwidths
+from simcore.collectives.patterns import Plan, domains
+from simcore.collectives.pipeline import nccl_link_efficiency
 
 __all__ = ["run_alltoallv", "pxn_relay"]
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import simpy
 
-from ..collectives.flows import collective_channels, compile_collective, run_compiled
-from ..hardware import get_gpu
-from .contention import flow_links
-from .deepep import run_exchange
-from .placement import Placement
-from .program import Op
+from simcore.collectives.flows import collective_channels, compile_collective, run_compiled
+from simcore.hardware import get_gpu
+from simcore.engine.contention import flow_links
+from simcore.engine.deepep import run_exchange
+from simcore.engine.placement import Placement
+from simcore.engine.program import Op
 
 __all__ = ["AnalyticComm", "FlowComm"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import weakref
 
-from .alltoallv import pxn_relay
+from simcore.engine.alltoallv import pxn_relay
 
 __all__ = ["all_groups", "contention_flags", "direct_kinds", "flow_links"]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from .program import Op, StageProgram
+from simcore.engine.program import Op, StageProgram
 
 __all__ = ["Interval", "Executor"]
 

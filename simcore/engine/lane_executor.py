@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import simpy
 
-from .executor import Executor, _plan, _segments
+from simcore.engine.executor import Executor, _plan, _segments
 
 __all__ = ["LaneExecutor"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from .contention import all_groups
+from simcore.engine.contention import all_groups
 
 __all__ = ["Lane", "build_lanes", "lane_membership", "merged_axes", "symmetric_axes", "AXES"]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..lowering import StrategyArrays, lower
-from ..strategy import Strategy
-from .program import StageProgram, build_programs
-from .routing import rank_loads
+from simcore.lowering import StrategyArrays, lower
+from simcore.strategy import Strategy
+from simcore.engine.program import StageProgram, build_programs
+from simcore.engine.routing import rank_loads
 
 __all__ = ["RankWork", "rank_work", "tokens_per_rank", "RankPrograms"]
 
@@ -41,7 +41,7 @@ def tokens_per_rank(ctx, s: Strategy, phase: str) -> float:
 
 def _draw_routing():
     try:
-        from ..moe import draw_routing  # built beside this engine; absent in older trees
+        from simcore.moe import draw_routing  # built beside this engine; absent in older trees
     except ImportError:
         return None
     return draw_routing
@@ -77,7 +77,7 @@ class RankPrograms:
         self._programs: dict[tuple, list[StageProgram]] = {}
         self.step_dependent = _draw_routing() is not None
         # program layer (as build_programs numbers them: per stage, dense then MoE) -> MoE layer index
-        from ..memory import stage_layers
+        from simcore.memory import stage_layers
 
         dense, moe, _ = stage_layers(ctx.model, self._arrays.pp)
         self._moe_index: dict[int, int] = {}

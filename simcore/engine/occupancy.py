@@ -13,7 +13,7 @@ import weakref
 
 import simpy
 
-from ..collectives.flows import run_collective
+from simcore.collectives.flows import run_collective
 
 __all__ = ["analytic_timelines", "merge"]
 
@@ -26,7 +26,7 @@ def _link_bytes(graph, collective: str, size_bytes: float, ranks: tuple[str, ...
     cache = _CACHE.setdefault(graph, {})
     key = (collective, size_bytes, ranks, seed, constants)
     if key not in cache:
-        from ..network import FlowNetwork
+        from simcore.network import FlowNetwork
 
         env = simpy.Environment()
         net = FlowNetwork(env, graph, seed=seed)

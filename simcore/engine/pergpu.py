@@ -17,13 +17,13 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from ..collectives.flows import collective_channels, compile_collective, run_compiled
-from ..hardware import get_gpu
-from .alltoallv import run_alltoallv
-from .contention import contention_flags, direct_kinds
-from .deepep import Exchange, deepep_mode, exchange, run_exchange, token_bytes
-from .lanes import lane_membership
-from .pricing import group_shape, idle_cost_s, packed_shape
+from simcore.collectives.flows import collective_channels, compile_collective, run_compiled
+from simcore.hardware import get_gpu
+from simcore.engine.alltoallv import run_alltoallv
+from simcore.engine.contention import contention_flags, direct_kinds
+from simcore.engine.deepep import Exchange, deepep_mode, exchange, run_exchange, token_bytes
+from simcore.engine.lanes import lane_membership
+from simcore.engine.pricing import group_shape, idle_cost_s, packed_shape
 
 __all__ = ["LaneComm"]
 

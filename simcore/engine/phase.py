@@ -14,21 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from ..lowering import CostContext
-from ..strategy import Strategy
-from .alltoallv import pxn_relay
-from .comm import AnalyticComm, FlowComm
-from .contention import all_groups, contention_flags, direct_kinds
-from .deepep import FoldedExchanges, deepep_mode
-from .executor import Executor
-from .lane_executor import LaneExecutor
-from .lanes import Lane, build_lanes, merged_axes, symmetric_axes
-from .moework import RankPrograms, tokens_per_rank
-from .pergpu import LaneComm
-from .placement import Placement
-from .pricing import reprice_programs
-from .program import build_programs
-from .routing import rank_loads
+from simcore.lowering import CostContext
+from simcore.strategy import Strategy
+from simcore.engine.alltoallv import pxn_relay
+from simcore.engine.comm import AnalyticComm, FlowComm
+from simcore.engine.contention import all_groups, contention_flags, direct_kinds
+from simcore.engine.deepep import FoldedExchanges, deepep_mode
+from simcore.engine.executor import Executor
+from simcore.engine.lane_executor import LaneExecutor
+from simcore.engine.lanes import Lane, build_lanes, merged_axes, symmetric_axes
+from simcore.engine.moework import RankPrograms, tokens_per_rank
+from simcore.engine.pergpu import LaneComm
+from simcore.engine.placement import Placement
+from simcore.engine.pricing import reprice_programs
+from simcore.engine.program import build_programs
+from simcore.engine.routing import rank_loads
 
 __all__ = ["Phase", "choose_mode", "run_folded", "run_per_gpu", "placement_of"]
 
@@ -54,7 +54,7 @@ def placement_of(graph, s: Strategy, rule: str) -> Placement:
 
 
 def _network(env, graph, cfg, record: bool):
-    from ..network import FlowNetwork
+    from simcore.network import FlowNetwork
 
     return FlowNetwork(env, graph, seed=cfg.seed, record=record)
 
@@ -98,10 +98,10 @@ def _order_free(ctx, graph, s: Strategy, placement) -> frozenset:
     """``{"ep"}`` when every EP collective of the plan is a direct all-to-all (NCCL's choice for its
     size and communicator; skewed dispatches run as all-to-all-v, also direct) or DeepEP's kernels
     (which see their ranks by node, :mod:`.deepep`)."""
-    from ..collectives import DEFAULT
-    from ..collectives.cost import make_shape
-    from ..collectives.flows import resolve
-    from .pricing import group_shape
+    from simcore.collectives import DEFAULT
+    from simcore.collectives.cost import make_shape
+    from simcore.collectives.flows import resolve
+    from simcore.engine.pricing import group_shape
 
     if s.ep <= 1:
         return frozenset({"ep"})

@@ -8,7 +8,7 @@ round-robin over nodes (TP groups span nodes), for studies of what placement cos
 
 from __future__ import annotations
 
-from ..strategy import Strategy
+from simcore.strategy import Strategy
 
 __all__ = ["PLACEMENTS", "Placement"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from ..collectives import collective_time_s
-from .deepep import deepep_mode
-from .program import StageProgram
+from simcore.collectives import collective_time_s
+from simcore.engine.deepep import deepep_mode
+from simcore.engine.program import StageProgram
 
 __all__ = ["group_shape", "idle_cost_s", "packed_shape", "reprice_programs"]
 
@@ -76,7 +76,7 @@ def reprice_programs(ctx, programs: list[StageProgram], placement, graph, exchan
 
 def packed_shape(ctx, s, group: str) -> tuple[int, int]:
     """The communicator shape the lowering priced (see ``_Lowerer.rpd``)."""
-    from ..cluster import group_ranks_per_domain
+    from simcore.cluster import group_ranks_per_domain
 
     domain = ctx.cluster.nvlink_domain_size
     if group == "tp":

@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ..lowering import CostContext, StrategyArrays, Task, lower
-from ..memory import stage_layers
-from ..strategy import Strategy
+from simcore.lowering import CostContext, StrategyArrays, Task, lower
+from simcore.memory import stage_layers
+from simcore.strategy import Strategy
 
 __all__ = ["Op", "StageProgram", "build_programs"]
 
@@ -37,7 +37,7 @@ class Op:
 
     @classmethod
     def from_task(cls, task: Task, layer: int) -> Op:
-        from .. import layout as L
+        from simcore import layout as L
 
         code = int(task.extra.get("collective", [0])[0]) if task.is_comm else 0
         return cls(task.name, task.op, layer, task.is_comm, float(task.time_s[0]) * task.count,

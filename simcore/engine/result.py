@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .executor import Interval
+from simcore.engine.executor import Interval
 
 __all__ = ["SimResult", "time_split"]
 

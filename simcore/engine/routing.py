@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..moe import RoutingConfig, draw_copies
+from simcore.moe import RoutingConfig, draw_copies
 
 __all__ = ["RoutingConfig", "rank_loads"]
 

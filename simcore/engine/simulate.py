@@ -19,14 +19,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..host import with_host
-from ..lowering import CostContext
-from ..proxy import STATIC_SAMPLES, evaluate
-from ..strategy import Strategy
-from .phase import choose_mode, placement_of, run_folded, run_per_gpu
-from .result import SimResult, time_split
-from .routing import RoutingConfig
-from .trace import chrome_trace
+from simcore.host import with_host
+from simcore.lowering import CostContext
+from simcore.proxy import STATIC_SAMPLES, evaluate
+from simcore.strategy import Strategy
+from simcore.engine.phase import choose_mode, placement_of, run_folded, run_per_gpu
+from simcore.engine.result import SimResult, time_split
+from simcore.engine.routing import RoutingConfig
+from simcore.engine.trace import chrome_trace
 
 __all__ = ["EngineConfig", "simulate", "MODES"]
 

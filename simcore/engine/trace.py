@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .executor import Interval
-from .occupancy import analytic_timelines, merge
+from simcore.engine.executor import Interval
+from simcore.engine.occupancy import analytic_timelines, merge
 
 __all__ = ["chrome_trace", "write_trace"]
 
@@ -87,6 +87,6 @@ def _counters(events: list[dict], graph, utilization: dict, analytic: list, ctx,
 
 
 def write_trace(path: str | Path, trace: dict) -> Path:
-    from ..apps.common import atomic_write_text
+    from simcore.apps.common import atomic_write_text
 
     return atomic_write_text(path, json.dumps(trace))

@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from ..models import CONFIG_DIR, MODEL_NAMES, ModelSpec, get_model
-from ..opgraph import SEARCHABLE_OPS, op_applies
-from ..strategy import Strategy
-from .result import ExportResult, Gap, Pricing, gap_lines, relative_change
-from .targets import MAPPERS, VERSIONS, Deployment, Mapping
+from simcore.models import CONFIG_DIR, MODEL_NAMES, ModelSpec, get_model
+from simcore.opgraph import SEARCHABLE_OPS, op_applies
+from simcore.strategy import Strategy
+from simcore.export.result import ExportResult, Gap, Pricing, gap_lines, relative_change
+from simcore.export.targets import MAPPERS, VERSIONS, Deployment, Mapping
 
 __all__ = ["TARGETS", "ExportError", "ExportResult", "Gap", "Pricing", "export_plan", "check_target",
            "gap_lines", "model_source"]
@@ -87,7 +87,7 @@ def _apply(strategy: Strategy, gaps: list[Gap], mapping: Mapping) -> Strategy:
 
 
 def _price(ctx, graph, engine, strategy, gaps, mapping, plan_sim) -> tuple[list[Gap], Pricing]:
-    from ..proxy import evaluate
+    from simcore.proxy import evaluate
 
     plan = evaluate(ctx, strategy)
     priced = []
@@ -98,7 +98,7 @@ def _price(ctx, graph, engine, strategy, gaps, mapping, plan_sim) -> tuple[list[
     fallback = evaluate(ctx, _apply(strategy, gaps, mapping))
     sim_plan = sim_fallback = None
     if graph is not None:
-        from ..engine import EngineConfig, simulate
+        from simcore.engine import EngineConfig, simulate
 
         engine = dataclasses.replace(engine or EngineConfig(), trace=False)
         sim_plan = plan_sim if plan_sim is not None else simulate(ctx, graph, strategy, engine).tokens_per_s_per_gpu

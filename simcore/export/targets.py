@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..memory import stage_layers
-from ..models import ModelSpec
-from ..strategy import Strategy, megatron_sharding
+from simcore.memory import stage_layers
+from simcore.models import ModelSpec
+from simcore.strategy import Strategy, megatron_sharding
 
 __all__ = ["Deployment", "Mapping", "VERSIONS", "MAPPERS", "partition"]
 

@@ -19,8 +19,8 @@ import numpy as np
 from scipy.special import ndtr
 from scipy.stats import binom
 
-from .placement import place_experts
-from .routing import RoutingConfig, _layer_rng, layer_popularity, load_expert_loads
+from simcore.moe.placement import place_experts
+from simcore.moe.routing import RoutingConfig, _layer_rng, layer_popularity, load_expert_loads
 
 __all__ = ["RoutingDraw", "draw_routing", "draw_copies", "expected_max_load", "expected_max_loads",
            "EXPECTATION_LAYERS"]

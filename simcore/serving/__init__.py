@@ -18,13 +18,13 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 - :mod:`.metrics`: latency and throughput statistics
 """
 
-from .metrics import ServingMetrics
-from .plan import MODES, Pool, ServingPlan, runtime_sharding, runtime_strategy
-from .requests import LengthDist, Request, ServingInputError, read_trace
-from .runtime import RUNTIMES, RuntimeProfile, get_runtime
-from .simulate import ARRIVALS, ServingConfig, ServingResult, shape_error, simulate_serving
-from .step_cost import GroupBatch, StepCost
-from .worker import PlanInfeasible
+from simcore.serving.metrics import ServingMetrics
+from simcore.serving.plan import MODES, Pool, ServingPlan, runtime_sharding, runtime_strategy
+from simcore.serving.requests import LengthDist, Request, ServingInputError, read_trace
+from simcore.serving.runtime import RUNTIMES, RuntimeProfile, get_runtime
+from simcore.serving.simulate import ARRIVALS, ServingConfig, ServingResult, shape_error, simulate_serving
+from simcore.serving.step_cost import GroupBatch, StepCost
+from simcore.serving.worker import PlanInfeasible
 
 __all__ = ["simulate_serving", "ServingConfig", "ServingResult", "ServingMetrics", "ServingPlan", "Pool",
            "MODES", "runtime_sharding", "runtime_strategy", "ARRIVALS", "LengthDist", "Request", "ServingInputError", "read_trace", "RuntimeProfile",

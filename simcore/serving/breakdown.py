@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .runtime import RuntimeProfile
-from .step_cost import GroupBatch, StepCost
+from simcore.serving.runtime import RuntimeProfile
+from simcore.serving.step_cost import GroupBatch, StepCost
 
 __all__ = ["PARTS", "StepBreakdown", "step_breakdown", "mean_decode_batches"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .requests import Request
+from simcore.serving.requests import Request
 
 __all__ = ["NewTokenRatio", "INIT", "MIN_FACTOR", "DECAY_STEPS", "RETRACT_DECODE_STEPS", "CLIP"]
 

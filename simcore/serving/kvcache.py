@@ -24,12 +24,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..lowering import CostContext, StrategyArrays
-from ..memory import memory_per_gpu_bytes, stage_layers
-from ..opgraph import DIM0, DIM1
-from ..strategy import Strategy
-from .requests import Request
-from .runtime import RuntimeProfile
+from simcore.lowering import CostContext, StrategyArrays
+from simcore.memory import memory_per_gpu_bytes, stage_layers
+from simcore.opgraph import DIM0, DIM1
+from simcore.strategy import Strategy
+from simcore.serving.requests import Request
+from simcore.serving.runtime import RuntimeProfile
 
 __all__ = ["kv_capacity_tokens", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks", "KvCache",
            "sglang_mem_fraction"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .requests import Request
+from simcore.serving.requests import Request
 
 __all__ = ["ServingMetrics", "summarize"]
 

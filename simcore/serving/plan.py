@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..strategy import Strategy, megatron_sharding
-from .requests import ServingInputError
+from simcore.strategy import Strategy, megatron_sharding
+from simcore.serving.requests import ServingInputError
 
 __all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU", "runtime_sharding", "runtime_strategy",
            "check_expert_layout"]

@@ -28,10 +28,10 @@ import math
 
 import numpy as np
 
-from ..collectives.constants import DEFAULT
-from ..lowering import CostContext
-from ..opgraph import DIM0, DIM1, REPLICATED, model_ops
-from ..strategy import Strategy
+from simcore.collectives.constants import DEFAULT
+from simcore.lowering import CostContext
+from simcore.opgraph import DIM0, DIM1, REPLICATED, model_ops
+from simcore.strategy import Strategy
 
 __all__ = ["reshard_bytes_per_gpu", "reshard_s", "fabric_bytes_per_s"]
 

@@ -168,8 +168,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from .requests import ServingInputError
-from .speculative import DEFAULT_ACCEPT, check_accept, tokens_per_step
+from simcore.serving.requests import ServingInputError
+from simcore.serving.speculative import DEFAULT_ACCEPT, check_accept, tokens_per_step
 
 __all__ = ["RuntimeProfile", "RUNTIMES", "get_runtime", "SCHEDULERS"]
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from .headroom import NewTokenRatio
-from .kvcache import KvCache
-from .requests import Request
-from .runtime import SCHEDULERS
+from simcore.serving.headroom import NewTokenRatio
+from simcore.serving.kvcache import KvCache
+from simcore.serving.requests import Request
+from simcore.serving.runtime import SCHEDULERS
 
 __all__ = ["GroupScheduler", "AttentionDpBalance"]
 

@@ -37,15 +37,15 @@ from collections import deque
 
 import simpy
 
-from ..lowering import CostContext
-from .kvcache import kv_bytes_per_token, kv_capacity_tokens, state_bytes_per_sequence
-from .plan import ServingPlan
-from .requests import Request
-from .reshard import reshard_s
-from .runtime import RuntimeProfile
-from .simulate import RequestIntake
-from .step_cost import StepCost
-from .worker import PlanInfeasible, Worker
+from simcore.lowering import CostContext
+from simcore.serving.kvcache import kv_bytes_per_token, kv_capacity_tokens, state_bytes_per_sequence
+from simcore.serving.plan import ServingPlan
+from simcore.serving.requests import Request
+from simcore.serving.reshard import reshard_s
+from simcore.serving.runtime import RuntimeProfile
+from simcore.serving.simulate import RequestIntake
+from simcore.serving.step_cost import StepCost
+from simcore.serving.worker import PlanInfeasible, Worker
 
 __all__ = ["PCIE_BYTES_PER_S", "SeesawWorker", "SeesawCluster"]
 
@@ -210,7 +210,7 @@ class SeesawCluster(RequestIntake):
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, on_finish,
                  fast: bool = True):
-        from .simulate import shape_error  # the agg/disagg checks, same words
+        from simcore.serving.simulate import shape_error  # the agg/disagg checks, same words
 
         self.env, self.ctx, self.plan, self.runtime, self.request_s = env, ctx, plan, runtime, runtime.request_s
         self.costs: list[StepCost] = []

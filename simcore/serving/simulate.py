@@ -36,16 +36,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from ..lowering import CostContext, StrategyArrays
-from ..memory import reason_names, structural_reasons
-from .kvcache import kv_capacity_tokens
-from .metrics import ServingMetrics, summarize
-from .plan import ServingPlan
-from .requests import LengthDist, Request, ServingInputError, read_trace
-from .runtime import RuntimeProfile, get_runtime
-from .speculative import check_accept
-from .step_cost import GroupBatch, StepCost
-from .worker import PlanInfeasible, Worker
+from simcore.lowering import CostContext, StrategyArrays
+from simcore.memory import reason_names, structural_reasons
+from simcore.serving.kvcache import kv_capacity_tokens
+from simcore.serving.metrics import ServingMetrics, summarize
+from simcore.serving.plan import ServingPlan
+from simcore.serving.requests import LengthDist, Request, ServingInputError, read_trace
+from simcore.serving.runtime import RuntimeProfile, get_runtime
+from simcore.serving.speculative import check_accept
+from simcore.serving.step_cost import GroupBatch, StepCost
+from simcore.serving.worker import PlanInfeasible, Worker
 
 __all__ = ["ServingConfig", "ServingResult", "simulate_serving", "shape_error", "ARRIVALS"]
 
@@ -224,7 +224,7 @@ class _Cluster(RequestIntake):
         if graph is not None and plan.mode == "disagg":
             from topologies import gpu_nodes
 
-            from ..network import FlowNetwork
+            from simcore.network import FlowNetwork
 
             self.gpu_names = gpu_nodes(graph)
             if gpu0 > len(self.gpu_names):
@@ -321,7 +321,7 @@ class _Clients:
 def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish, fast: bool):
     """The plan's workers: a re-sharding :class:`~.seesaw.SeesawCluster` or a :class:`_Cluster`."""
     if plan.mode == "seesaw":
-        from .seesaw import SeesawCluster  # it imports this module
+        from simcore.serving.seesaw import SeesawCluster  # it imports this module
 
         return SeesawCluster(env, ctx, plan, runtime, on_finish, fast)
     return _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)

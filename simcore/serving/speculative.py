@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 
-from .requests import Request, ServingInputError
+from simcore.serving.requests import Request, ServingInputError
 
 __all__ = ["DEFAULT_ACCEPT", "tokens_per_step", "emitted", "check_accept"]
 

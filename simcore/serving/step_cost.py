@@ -30,16 +30,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import layout as L
-from ..collectives.constants import DEFAULT
-from ..linear_attention import MIXER_KERNELS
-from ..lowering import CostContext, StrategyArrays, Task, _Lowerer
-from ..memory import stage_layers
-from ..moe import RoutingConfig, expected_max_loads
-from ..sparse_attention import INDEXER_KERNELS
-from ..strategy import Strategy
-from .plan import check_expert_layout
-from .requests import ServingInputError
+from simcore import layout as L
+from simcore.collectives.constants import DEFAULT
+from simcore.linear_attention import MIXER_KERNELS
+from simcore.lowering import CostContext, StrategyArrays, Task, _Lowerer
+from simcore.memory import stage_layers
+from simcore.moe import RoutingConfig, expected_max_loads
+from simcore.sparse_attention import INDEXER_KERNELS
+from simcore.strategy import Strategy
+from simcore.serving.plan import check_expert_layout
+from simcore.serving.requests import ServingInputError
 
 __all__ = ["GroupBatch", "StepCost", "custom_all_reduce_time_s"]
 

@@ -20,12 +20,12 @@ from collections.abc import Callable
 
 import simpy
 
-from .kvcache import KvCache, state_blocks
-from .requests import Request
-from .runtime import RuntimeProfile
-from .scheduler import AttentionDpBalance, GroupScheduler
-from .speculative import emitted
-from .step_cost import GroupBatch, StepCost
+from simcore.serving.kvcache import KvCache, state_blocks
+from simcore.serving.requests import Request
+from simcore.serving.runtime import RuntimeProfile
+from simcore.serving.scheduler import AttentionDpBalance, GroupScheduler
+from simcore.serving.speculative import emitted
+from simcore.serving.step_cost import GroupBatch, StepCost
 
 __all__ = ["Worker", "PlanInfeasible", "step_host_s"]
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from omegaconf import OmegaConf
 
-from .jobs import Job
+from validation.report.jobs import Job
 
 __all__ = ["megatron_figure", "sim_figure", "fill_megatron", "fill_sim"]
 

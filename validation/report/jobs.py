@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from .curves import Curve, read_curve
+from validation.report.curves import Curve, read_curve
 
 __all__ = ["Job", "find_jobs", "read_job", "collect", "cluster_size", "CSV_COLUMNS"]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from simcore.apps.common import atomic_save_figure
 
-from .jobs import Job
+from validation.report.jobs import Job
 
 __all__ = ["throughput_plot", "curves_plot"]
 

@@ -22,19 +22,11 @@ from pathlib import Path
 from simcore.collectives import DEFAULT, NcclConstants
 from validation.studies.common import atomic_write_json, write_csv
 
-from .harness import (
-    HARNESS_OVERHEAD_S,
-    HARNESSES,
-    PER_DEVICE_LAUNCH_S,
-    check_harness,
-    devices_per_process,
-    harness_of,
-    overhead_s,
-)
-from .plot import plot_busbw
-from .rows import COLUMNS, DEFAULT_DATA, REQUIRED_COLUMNS, Case, busbw_factor, fabric_of, load_rows, parse_row
-from .simulate import OUTPUT_COLUMNS, TOPOLOGY_OF_FABRIC, evaluate, simulate_case
-from .summary import print_summary, summarize
+from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, HARNESSES, PER_DEVICE_LAUNCH_S, check_harness, devices_per_process, harness_of, overhead_s
+from validation.studies.collectives.plot import plot_busbw
+from validation.studies.collectives.rows import COLUMNS, DEFAULT_DATA, REQUIRED_COLUMNS, Case, busbw_factor, fabric_of, load_rows, parse_row
+from validation.studies.collectives.simulate import OUTPUT_COLUMNS, TOPOLOGY_OF_FABRIC, evaluate, simulate_case
+from validation.studies.collectives.summary import print_summary, summarize
 
 __all__ = ["COLUMNS", "REQUIRED_COLUMNS", "HARNESS_OVERHEAD_S", "HARNESSES", "PER_DEVICE_LAUNCH_S",
            "check_harness", "devices_per_process", "harness_of", "overhead_s", "Case", "load_rows", "parse_row",

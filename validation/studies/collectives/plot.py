@@ -9,7 +9,7 @@ import numpy as np
 
 from validation.studies.common import pyplot, save_figure, split_kind
 
-from .rows import busbw_factor
+from validation.studies.collectives.rows import busbw_factor
 
 __all__ = ["plot_busbw"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
 from validation.split import split_of
 
-from .harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S, check_harness, overhead_s
-from .rows import COLUMNS, Case, busbw_factor, load_rows, parse_row
-from .summary import band_of
+from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S, check_harness, overhead_s
+from validation.studies.collectives.rows import COLUMNS, Case, busbw_factor, load_rows, parse_row
+from validation.studies.collectives.summary import band_of
 
 __all__ = ["OUTPUT_COLUMNS", "TOPOLOGY_OF_FABRIC", "simulate_case", "evaluate"]
 

@@ -32,9 +32,9 @@ from pathlib import Path
 from validation import jsonline
 from validation.scenarios import scenario_context
 
-from .report import write_outputs
-from .scenario import LARGE, scenario_rows
-from .simulate import simulate_keys
+from validation.studies.fidelity.report import write_outputs
+from validation.studies.fidelity.scenario import LARGE, scenario_rows
+from validation.studies.fidelity.simulate import simulate_keys
 
 __all__ = ["DEFAULT_SCENARIOS", "QUICK", "LARGE_GPUS", "K_RERANK", "LARGE", "simulate_keys", "run", "main"]
 
@@ -73,7 +73,7 @@ def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = Non
     summary = write_outputs(rows, Path(out_dir), opts | {"seed": seed, "quick": quick, "k_rerank": K_RERANK,
                                                          "large": LARGE, "large_gpus": LARGE_GPUS})
     if measured:
-        from . import measured as three_way
+        from validation.studies.fidelity import measured as three_way
 
         summary["headline"]["three_way"] = three_way.run(out_dir, quick=quick)["headline"]
     return summary

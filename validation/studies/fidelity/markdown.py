@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .regimes import REGIMES, THRESHOLDS
+from validation.studies.fidelity.regimes import REGIMES, THRESHOLDS
 
 __all__ = ["markdown", "describe"]
 

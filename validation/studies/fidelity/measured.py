@@ -173,7 +173,7 @@ def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "infer
     from simcore.proxy import evaluate
     from validation.studies.inference import _graph, _metric, parse_row
 
-    from .explain import critical_split, deltas, dominant_cause, explain
+    from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain
 
     out = []
     for name in files:
@@ -202,7 +202,7 @@ def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "infer
 def run(out_dir: str | Path, quick: bool = False, report: str | Path | None = None) -> dict:
     """Price every measured row both ways; write ``measured.csv``, ``measured.json`` and the report
     section (into ``report``, default ``out_dir/report.md``); return the summary."""
-    from .measured_report import summarize, write_section
+    from validation.studies.fidelity.measured_report import summarize, write_section
 
     limit = 6 if quick else None
     rows = collective_rows(limit=limit) + deepep_rows(limit=limit) + inference_rows(limit=limit)

@@ -9,7 +9,7 @@ import numpy as np
 
 from validation.studies.common import pyplot, save_figure
 
-from .regimes import REGIMES
+from validation.studies.fidelity.regimes import REGIMES
 
 __all__ = ["scatter_plot", "ratio_plot"]
 

@@ -11,12 +11,12 @@ import numpy as np
 
 from validation.studies.common import atomic_write_json, atomic_write_text
 
-from .explain import CAUSES
-from .markdown import describe, markdown
-from .plot import ratio_plot, scatter_plot
-from .regimes import REGIMES, THRESHOLDS
-from .sample import SOURCES
-from .stats import rank_agreement, ratio_stats, rerank, top_overlap
+from validation.studies.fidelity.explain import CAUSES
+from validation.studies.fidelity.markdown import describe, markdown
+from validation.studies.fidelity.plot import ratio_plot, scatter_plot
+from validation.studies.fidelity.regimes import REGIMES, THRESHOLDS
+from validation.studies.fidelity.sample import SOURCES
+from validation.studies.fidelity.stats import rank_agreement, ratio_stats, rerank, top_overlap
 
 __all__ = ["write_outputs", "scenario_summary"]
 

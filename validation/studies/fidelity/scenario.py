@@ -15,10 +15,10 @@ from planner.megatron import strategy_from_key
 from simcore.proxy import evaluate
 from validation.scenarios import scenario_context
 
-from .explain import critical_split, deltas, dominant_cause, explain, overlap_contention_why
-from .regimes import classify, collective_profile, primary
-from .sample import sample_strategies
-from .simulate import simulate_keys
+from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain, overlap_contention_why
+from validation.studies.fidelity.regimes import classify, collective_profile, primary
+from validation.studies.fidelity.sample import sample_strategies
+from validation.studies.fidelity.simulate import simulate_keys
 
 __all__ = ["LARGE", "scenario_rows"]
 

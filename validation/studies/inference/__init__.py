@@ -21,11 +21,11 @@ from pathlib import Path
 from validation.split import split_of
 from validation.studies.common import read_csv
 
-from .predict import _graph as _graph  # importable here: fidelity.measured, fit_inference use these two
-from .predict import _metric as _metric
-from .predict import predict
-from .report import write_outputs
-from .rows import COLUMNS, METRICS, MMHA_KV_REREAD, RowCase, decode_kv_reread, parse_row
+from validation.studies.inference.predict import _graph as _graph  # importable here: fidelity.measured, fit_inference use these two
+from validation.studies.inference.predict import _metric as _metric
+from validation.studies.inference.predict import predict
+from validation.studies.inference.report import write_outputs
+from validation.studies.inference.rows import COLUMNS, METRICS, MMHA_KV_REREAD, RowCase, decode_kv_reread, parse_row
 
 __all__ = ["COLUMNS", "METRICS", "MMHA_KV_REREAD", "RowCase", "decode_kv_reread", "parse_row", "predict", "run"]
 

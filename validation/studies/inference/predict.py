@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .rows import NODE_GPUS, RowCase
+from validation.studies.inference.rows import NODE_GPUS, RowCase
 
 __all__ = ["predict"]
 

@@ -21,9 +21,9 @@ from pathlib import Path
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants
 from validation.studies.common import atomic_write_json, write_csv
 
-from .model import bottleneck_bytes, error, evaluate, predict
-from .plot import plot_errors
-from .rows import FIT_SOURCES, MoeCase, load_cases, parse_row
+from validation.studies.moe.model import bottleneck_bytes, error, evaluate, predict
+from validation.studies.moe.plot import plot_errors
+from validation.studies.moe.rows import FIT_SOURCES, MoeCase, load_cases, parse_row
 
 __all__ = ["FIT_SOURCES", "MoeCase", "parse_row", "load_cases", "bottleneck_bytes", "predict", "error", "evaluate",
            "run"]

@@ -22,8 +22,8 @@ from scipy.optimize import least_squares
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants
 from validation import jsonline
 
-from .model import error, evaluate
-from .rows import MoeCase, load_cases
+from validation.studies.moe.model import error, evaluate
+from validation.studies.moe.rows import MoeCase, load_cases
 
 __all__ = ["FITTED", "fit", "main"]
 

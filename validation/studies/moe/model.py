@@ -11,7 +11,7 @@ from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants, uniform_time_s
 from simcore.moe.draws import expected_max_load
 from simcore.moe.routing import RoutingConfig
 
-from .rows import MoeCase
+from validation.studies.moe.rows import MoeCase
 
 __all__ = ["bottleneck_bytes", "busiest_load", "predict", "error", "evaluate", "BENCH_ROUTING", "BENCH_EXPERTS"]
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from validation import jsonline
 
-from .cases import run_job
-from .plans import TOPOLOGIES, Grid, base_plans, fit_plan
-from .report import headline, print_summary, write_outputs
+from validation.studies.rewrites.cases import run_job
+from validation.studies.rewrites.plans import TOPOLOGIES, Grid, base_plans, fit_plan
+from validation.studies.rewrites.report import headline, print_summary, write_outputs
 
 __all__ = ["DEFAULT_SCENARIOS", "FULL_SCENARIOS", "TOPOLOGIES", "Grid", "base_plans", "fit_plan", "run", "main",
            "headline"]

@@ -8,9 +8,9 @@ import dataclasses
 from simcore.lowering import CostContext
 from simcore.strategy import Strategy
 
-from .candidates import Rewrite, enumerate_rewrites, phase_of
-from .plans import Grid, fit_plan, topology_for
-from .terms import changed_terms
+from validation.studies.rewrites.candidates import Rewrite, enumerate_rewrites, phase_of
+from validation.studies.rewrites.plans import Grid, fit_plan, topology_for
+from validation.studies.rewrites.terms import changed_terms
 
 __all__ = ["run_job"]
 

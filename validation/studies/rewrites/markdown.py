@@ -6,7 +6,7 @@ import statistics
 
 from validation.studies.common import pct
 
-from .outcome import TOL, outcome
+from validation.studies.rewrites.outcome import TOL, outcome
 
 __all__ = ["markdown"]
 

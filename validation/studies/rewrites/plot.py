@@ -7,7 +7,7 @@ from pathlib import Path
 
 from validation.studies.common import pyplot, save_figure
 
-from .outcome import outcome
+from validation.studies.rewrites.outcome import outcome
 
 __all__ = ["crossover_plot", "panel_choice"]
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from validation.studies.common import atomic_write_json, atomic_write_text, write_csv
 
-from .markdown import markdown
-from .outcome import TERMS, TOL, outcome, why
-from .plot import crossover_plot
-from .terms import collective_table
+from validation.studies.rewrites.markdown import markdown
+from validation.studies.rewrites.outcome import TERMS, TOL, outcome, why
+from validation.studies.rewrites.plot import crossover_plot
+from validation.studies.rewrites.terms import collective_table
 
 __all__ = ["summarize", "write_outputs", "headline", "print_summary"]
 

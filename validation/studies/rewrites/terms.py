@@ -22,7 +22,7 @@ from simcore.lowering import CostContext, StrategyArrays, lower
 from simcore.memory import stage_layers
 from simcore.strategy import Strategy
 
-from .candidates import Slot, collective_diff, comm_slots
+from validation.studies.rewrites.candidates import Slot, collective_diff, comm_slots
 
 __all__ = ["Terms", "bus_bytes", "alpha_beta", "stage_multipliers", "changed_terms", "collective_table"]
 

@@ -54,10 +54,10 @@ from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_ser
 from validation import jsonline
 from validation.studies.common import read_csv
 
-from .journal import fingerprint, simulate_rows
-from .launch import REQUESTS_PER_CLIENT
-from .mapping import RowCase, map_row
-from .measurement import duplicates, measurement_key
+from validation.studies.serving.journal import fingerprint, simulate_rows
+from validation.studies.serving.launch import REQUESTS_PER_CLIENT
+from validation.studies.serving.mapping import RowCase, map_row
+from validation.studies.serving.measurement import duplicates, measurement_key
 
 __all__ = ["run", "simulate_case", "case_runtime", "serving_config", "harness_lengths", "FIT_MODELS", "load_cases", "split_of",
            "summarize_rows", "RANGE_RATIO", "REQUESTS_PER_CLIENT", "measurement_key", "duplicates"]

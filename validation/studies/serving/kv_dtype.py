@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 
-from .launch import HARNESS_LENGTHS
+from validation.studies.serving.launch import HARNESS_LENGTHS
 
 __all__ = ["kv_cache_precision", "FP8_KV_LAUNCHES"]
 

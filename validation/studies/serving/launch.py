@@ -68,7 +68,7 @@ defaults. These are launch settings read from the harness, not fitted values.
 
 from __future__ import annotations
 
-from .weight_format import round_up
+from validation.studies.serving.weight_format import round_up
 
 __all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS",
            "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT"]

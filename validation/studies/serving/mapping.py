@@ -71,10 +71,10 @@ from simcore.serving import Pool, ServingPlan, get_runtime, runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.workload import Workload
 
-from .kv_dtype import kv_cache_precision
-from .launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
-from .moe_backend import moe_kernel_fields, vllm_mxfp4_padding
-from .weight_format import FORMAT_BYTES, expert_format
+from validation.studies.serving.kv_dtype import kv_cache_precision
+from validation.studies.serving.launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
+from validation.studies.serving.moe_backend import moe_kernel_fields, vllm_mxfp4_padding
+from validation.studies.serving.weight_format import FORMAT_BYTES, expert_format
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "row_workload", "version_fields"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from .mapping import RowCase
+from validation.studies.serving.mapping import RowCase
 
 __all__ = ["duplicates", "measurement_groups", "measurement_key", "run_key", "same_values"]
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 from simcore.hardware import get_gpu
 from simcore.serving import get_runtime
 
-from .weight_format import marlin_padding
+from validation.studies.serving.weight_format import marlin_padding
 
 __all__ = ["TRITON_FUSED_MOE_DECODE", "TRITON_MOE_FIELDS", "moe_kernel_fields", "triton_moe_fields",
            "vllm_mxfp4_padding"]
