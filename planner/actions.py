@@ -10,7 +10,7 @@ the space offers replicas (``SearchSpace.redundant_per_rank``, only for MoE mode
 routing): its values are replicas per EP rank, so the key's ``redundant_experts`` is ``value * ep``.
 Without it keys have no redundant-experts column (:data:`planner.megatron.BASE_WIDTH` columns) and a
 search is exactly what it was before the head existed. Operator heads pick a code of
-:data:`simcore.opgraph.CHOICES`; operators the model lacks (a dense model's router and experts) get no
+:data:`simcore.strategy.opgraph.CHOICES`; operators the model lacks (a dense model's router and experts) get no
 head, their choice does not change the cost and is fixed to Megatron's.
 
 Masking (Huang & Ontanon, "A closer look at invalid action masking") removes what is cheap to know
@@ -30,13 +30,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import bit, memory_per_gpu_bytes, structural_reasons
-from simcore.opgraph import CHOICES, DIM0, DIM1, SEARCHABLE_OPS, choice_code, op_applies
-from simcore.strategy import megatron_sharding
-
 from planner.megatron import BASE_WIDTH, KEY_WIDTH, full_keys
 from planner.space import SearchSpace
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import bit, memory_per_gpu_bytes, structural_reasons
+from simcore.strategy.opgraph import CHOICES, DIM0, DIM1, SEARCHABLE_OPS, choice_code, op_applies
+from simcore.strategy.sharding import megatron_sharding
 
 __all__ = ["Head", "ActionSpace", "OUTSIDE_SPACE", "REDUNDANT", "row_reasons", "redundant_fits"]
 
@@ -133,7 +132,7 @@ class ActionSpace:
 
     def _op_table(self, ctx: CostContext) -> dict[int, np.ndarray]:
         """``tp -> bool[num_ops, 3]``: choices that pass the divisibility checks at that ``tp``,
-        read from :func:`simcore.memory.structural_reasons` on one-operator strategies."""
+        read from :func:`simcore.cost.memory.structural_reasons` on one-operator strategies."""
         table = {}
         replicated = CHOICES.index("replicated")
         for tp in self.space.tp:

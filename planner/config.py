@@ -6,22 +6,14 @@ knobs its method reads. :func:`check_planner` turns nonsense into one-line error
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from hydra.core.config_store import ConfigStore
-
-from simcore.apps.serving import ServingAppConfig
 from simcore.config import (
     ConfigError,
-    HardwareConfig,
-    ModelConfig,
-    SimConfig,
     SpaceConfig,
-    TopologyConfig,
-    WorkloadConfig,
 )
 
-__all__ = ["PlannerConfig", "SearchAppConfig", "register", "check_planner", "check_planner_settings", "PLANNERS", "SERVING_ONLY", "RERANKERS"]
+__all__ = ["PlannerConfig", "check_planner", "check_planner_settings", "PLANNERS", "SERVING_ONLY", "RERANKERS"]
 
 PLANNERS = ("ppo", "random", "random-walk", "annealing", "genetic", "megatron", "exact")
 #: planners of the serving search alone (``workload=serving``; :data:`planner.serving.METHODS`)
@@ -135,20 +127,3 @@ def check_planner_settings(p) -> None:
         bad("rerank_pool", "must be >= 0 (0 = re-rank the top rerank_k only)")
     if p.reranker not in RERANKERS:
         raise ConfigError(f"planner.reranker: {p.reranker!r} is not one of {', '.join(RERANKERS)}")
-
-
-@dataclass
-class SearchAppConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    topology: TopologyConfig = field(default_factory=TopologyConfig)
-    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    planner: PlannerConfig = field(default_factory=PlannerConfig)
-    sim: SimConfig = field(default_factory=SimConfig)
-    serving: ServingAppConfig = field(default_factory=ServingAppConfig)  # read when workload=serving
-    scenario: str = "custom"
-    seed: int = 0
-
-
-def register() -> None:
-    ConfigStore.instance().store(name="search_schema", node=SearchAppConfig)

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import reason_names
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS
-from simcore.proxy import evaluate_batch
-from simcore.strategy import megatron_sharding
-
 from planner.actions import OUTSIDE_SPACE, ActionSpace
 from planner.megatron import full_keys
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import reason_names
+from simcore.cost.proxy import evaluate_batch
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
+from simcore.strategy.sharding import megatron_sharding
 
 __all__ = ["Evaluator", "Outcome", "warm_start_keys"]
 

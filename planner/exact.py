@@ -7,7 +7,7 @@ the proxy.
 **Structure.** Split the operators into the *condition* ``C = (qkv, attention, out_proj)`` and the
 groups ``E = (embedding)``, ``H = (lm_head)``, ``D = (dense_ffn1, dense_ffn2)`` and
 ``M = (router, shared_ffn1, shared_ffn2, expert_ffn1, expert_ffn2)`` (operators the model lacks are
-dropped; their choice changes nothing). In :mod:`simcore.lowering` every task of a block reads the
+dropped; their choice changes nothing). In :mod:`simcore.cost.lowering` every task of a block reads the
 choices of one operator or of two consecutive ones, and the blocks chain through ``qkv``'s input
 layout, so for a fixed degree row and a fixed ``c`` in ``C``:
 
@@ -31,7 +31,7 @@ sets contains an optimum. **Pruning.** The strategy taking each group's fastest 
 smallest step of all strategies of ``(row, c)`` (2), so its throughput bounds theirs from above; if it
 is valid it is optimal for ``(row, c)``, if it breaks the SLO all of them do, and if it only breaks
 memory the Pareto product of ``(row, c)`` is searched unless the bound cannot beat the best valid
-value found. Every candidate is finally priced by :func:`simcore.proxy.evaluate_batch` at its true
+value found. Every candidate is finally priced by :func:`simcore.cost.proxy.evaluate_batch` at its true
 row, so the answer is the proxy's own number.
 
 **Redundant experts.** A row here is a degree row plus one of the space's redundant-experts options
@@ -53,15 +53,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import bit
-from simcore.opgraph import REPLICATED, SEARCHABLE_OPS, choice_code, model_ops, op_applies
-from simcore.proxy import BatchResult, evaluate_batch
-from simcore.strategy import megatron_sharding
-
 from planner.actions import row_reasons
 from planner.megatron import BASE_WIDTH, KEY_WIDTH
 from planner.space import SearchSpace
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import bit
+from simcore.cost.proxy import BatchResult, evaluate_batch
+from simcore.strategy.opgraph import REPLICATED, SEARCHABLE_OPS, choice_code, model_ops, op_applies
+from simcore.strategy.sharding import megatron_sharding
 
 __all__ = ["ExactResult", "exact_optimum", "brute_force", "GROUPS", "CONDITION"]
 
@@ -147,7 +146,7 @@ class _Probe:
 
     def _weights(self, members, x: np.ndarray, tp: int, ep: int, redundant: int = 0) -> np.ndarray:
         """Weight bytes per GPU of one layer's (or block's) group operators under each choice (an
-        expert operator's: its slots per GPU, as :func:`simcore.memory.memory_per_gpu_bytes` counts)."""
+        expert operator's: its slots per GPU, as :func:`simcore.cost.memory.memory_per_gpu_bytes` counts)."""
         m, w = self.ctx.model, self.ctx.workload
         ops, wb = model_ops(m), w.weight_bytes
         slots = np.ceil((m.num_experts + redundant) / max(ep, 1)) / max(m.num_experts, 1)

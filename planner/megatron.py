@@ -1,8 +1,8 @@
-"""The Megatron heuristic baseline (defined in :mod:`simcore.megatron`, which ``shard-sim`` uses too),
+"""The Megatron heuristic baseline (defined in :mod:`simcore.space.megatron`, which ``shard-sim`` uses too),
 :func:`canonical_key`, the planners' identity of a plan for de-duplicating re-ranking, and the width of
 a strategy key.
 
-A key is a row of :meth:`simcore.strategy.Strategy.key`: 6 degrees, one choice code per operator, then
+A key is a row of :meth:`simcore.strategy.sharding.Strategy.key`: 6 degrees, one choice code per operator, then
 ``redundant_experts`` (:data:`KEY_WIDTH` columns). Rows without that last column mean 0 replicas;
 :func:`full_keys` adds it."""
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.megatron import RankedPlans, megatron_search, rank, strategy_from_key
-from simcore.opgraph import SEARCHABLE_OPS
+from simcore.space.megatron import RankedPlans, megatron_search, rank, strategy_from_key
+from simcore.strategy.opgraph import SEARCHABLE_OPS
 
 __all__ = ["RankedPlans", "megatron_search", "rank", "strategy_from_key", "canonical_key", "KEY_WIDTH",
            "BASE_WIDTH", "full_keys"]
@@ -37,8 +37,8 @@ def canonical_key(key, model) -> tuple[int, ...]:
     tp = 1 (nothing is split) and those of operators the model does not have. Two strategies with
     the same canonical key are the same plan, so re-ranking both would waste a simulation. Keys with
     or without the redundant-experts column are accepted; the answer always has it (:data:`KEY_WIDTH`)."""
-    from simcore.opgraph import CHOICES, op_applies
-    from simcore.strategy import megatron_sharding
+    from simcore.strategy.opgraph import CHOICES, op_applies
+    from simcore.strategy.sharding import megatron_sharding
 
     key = tuple(int(v) for v in key)
     if len(key) not in (BASE_WIDTH, KEY_WIDTH):

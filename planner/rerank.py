@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simcore.config import ConfigError
-from simcore.lowering import CostContext
-from simcore.proxy import evaluate
-from simcore.strategy import Strategy
-
 from planner.megatron import canonical_key, strategy_from_key
+from simcore.config import ConfigError
+from simcore.cost.lowering import CostContext
+from simcore.cost.proxy import evaluate
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["Reranked", "rerank", "rerank_search", "make_reranker"]
 

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.lowering import CostContext
-from simcore.strategy import Strategy
-
 from planner.actions import ActionSpace
 from planner.baselines import Annealing, Genetic, RandomSearch, RandomWalk
 from planner.checkpoint import config_difference, load_checkpoint, save_checkpoint
@@ -28,6 +25,8 @@ from planner.exact import exact_optimum
 from planner.megatron import full_keys, megatron_search, strategy_from_key
 from planner.search import PPOSearch
 from planner.space import SearchSpace
+from simcore.cost.lowering import CostContext
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["ITERATIVE", "SearchResult", "SearchInterrupted", "make_actions", "run_planner"]
 

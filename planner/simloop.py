@@ -73,7 +73,7 @@ class SimMemo:
 
 def plan_features(key, by_category: dict[str, float], step_time_s: float) -> np.ndarray:
     """The regression features of one plan (names in ``FEATURES``): the proxy's step shares and log2
-    of ``tp, ep, pp, microbatches, dp`` (key layout of :meth:`simcore.strategy.Strategy.key`)."""
+    of ``tp, ep, pp, microbatches, dp`` (key layout of :meth:`simcore.strategy.sharding.Strategy.key`)."""
     step = max(step_time_s, 1e-30)
     comm = sum(v for k, v in by_category.items() if k.startswith("comm"))
     tp, ep, pp, dp, _, mb = (int(v) for v in key[:6])
@@ -164,10 +164,9 @@ def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: C
     """:func:`planner.rerank.rerank_search` with the simulator in the loop: the search's ``pool`` best
     distinct plans, the top ``k`` and the acquisitions of :func:`sim_in_the_loop` simulated (at most
     ``budget``), memoized in ``cache``; returns the simulated plans as ``Reranked``, best first."""
-    from simcore.proxy import evaluate
-
     from planner.megatron import canonical_key, strategy_from_key
     from planner.rerank import Reranked, _score
+    from simcore.cost.proxy import evaluate
 
     def canon(key):
         return canonical_key(key, ctx.model)

@@ -25,13 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.lowering import CostContext
-from simcore.memory import bit
-from simcore.opgraph import SEARCHABLE_OPS, op_applies
-
 from planner.exact import _assemble, _base_codes, _price, _Probe, _probe_keys, _rows, brute_force
 from planner.megatron import KEY_WIDTH, canonical_key
 from planner.space import SearchSpace
+from simcore.cost.lowering import CostContext
+from simcore.cost.memory import bit
+from simcore.strategy.opgraph import SEARCHABLE_OPS, op_applies
 
 __all__ = ["TopK", "top_k"]
 

@@ -15,7 +15,7 @@ from typing import Any
 from simcore.engine.simulate import EngineConfig
 
 __all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig", "SpaceConfig",
-           "build_context", "build_workload", "build_cluster", "build_graph", "build_engine_config", "build_space",
+           "build_workload", "build_engine_config", "build_space",
            "ConfigError", "slo_seconds"]
 
 
@@ -71,7 +71,7 @@ class SpaceConfig:
     default): ``batch`` sizes, ``microbatches`` counts, ``max_tp`` (default: one NVLink domain, at
     least 8), ``max_pp`` and ``redundant_per_rank``, the redundant expert replicas per EP rank a plan
     may add (``strategy.redundant_experts = value * ep``; searched only for an MoE model under skewed
-    routing, see :func:`simcore.space.replicas_can_help`; ``[0]``: never). ``shard-search`` draws every
+    routing, see :func:`simcore.space.bounds.replicas_can_help`; ``[0]``: never). ``shard-search`` draws every
     planner's proposals from it; ``shard-sim`` searches it for the best Megatron plan (no replicas)
     when given no plan."""
 
@@ -85,8 +85,8 @@ class SpaceConfig:
 
 
 def build_space(ctx, space: SpaceConfig):
-    """The :class:`~simcore.space.SearchSpace` of a context and a composed ``planner`` node."""
-    from simcore.space import SearchSpace
+    """The :class:`~simcore.space.bounds.SearchSpace` of a context and a composed ``planner`` node."""
+    from simcore.space.bounds import SearchSpace
 
     if space.batch is not None and not len(space.batch):  # null is the default; [] would silently be too
         raise ConfigError("planner.batch: an empty list; give batch sizes, or null for the default")
@@ -130,52 +130,3 @@ def build_workload(cfg: WorkloadConfig):
                     input_len=int(cfg.input_len),
                     output_len=int(cfg.output_len), ttft_slo_s=slo_seconds(cfg.ttft_slo_ms, "workload.ttft_slo_ms"),
                     tpot_slo_s=slo_seconds(cfg.tpot_slo_ms, "workload.tpot_slo_ms"))
-
-
-def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
-    """The topology graph the config describes."""
-    from topologies import build_topology, load_topology_yaml
-
-    if topology.name == "custom":
-        if not topology.path:
-            raise ConfigError("topology.path: required when topology.name is custom")
-        return load_topology_yaml(topology.path)
-    if topology.path:  # a file that would be silently left unread
-        raise ConfigError(f"topology.path: {topology.path} is read only under topology=custom, "
-                          f"got topology {topology.name}")
-    if topology.num_nodes < 1:
-        raise ConfigError(f"topology.num_nodes must be positive, got {topology.num_nodes}")
-    if topology.oversubscription <= 0:
-        raise ConfigError(f"topology.oversubscription must be positive, got {topology.oversubscription}")
-    return build_topology(topology.name, num_nodes=topology.num_nodes,
-                          oversubscription=topology.oversubscription)
-
-
-def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):
-    """Cluster for the cost model; the GPU comes from the topology, efficiencies from ``hardware``
-    (``hardware.name``: ``auto``, the default, takes the topology's GPU; a named GPU must match it)."""
-    import dataclasses
-
-    from simcore.cluster import Cluster
-    from simcore.hardware import get_gpu
-
-    cluster = Cluster.from_graph(build_graph(topology, hardware))
-    if hardware.name != "auto" and hardware.name != cluster.gpu.name:
-        get_gpu(hardware.name)  # validates the name
-        raise ConfigError(f"hardware.name: {hardware.name!r} differs from topology {topology.name!r} "
-                          f"which is built of {cluster.gpu.name!r}")
-    if hardware.overrides:
-        cluster = dataclasses.replace(cluster, gpu=cluster.gpu.with_overrides(**dict(hardware.overrides)))
-    return cluster
-
-
-def build_context(model: ModelConfig, hardware: HardwareConfig, topology: TopologyConfig,
-                  workload: WorkloadConfig, sim=None):
-    """The :class:`~simcore.lowering.CostContext` of a composed config; with ``sim`` (the ``sim``
-    node) its MoE routing reaches the proxy, which then prices the expected routing skew."""
-    from simcore.lowering import CostContext
-    from simcore.models import get_model
-
-    routing = None if sim is None else build_engine_config(sim).routing
-    return CostContext(model=get_model(model.name), workload=build_workload(workload),
-                       cluster=build_cluster(topology, hardware), routing=routing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simcore.hardware import PRECISION_BYTES
+from simcore.hardware.gpus import PRECISION_BYTES
 
 __all__ = ["Workload", "PHASES"]
 
@@ -46,7 +46,7 @@ class Workload:
     #: not the checkpoint's weights': vLLM's and SGLang's ``--kv-cache-dtype auto`` store KV in the
     #: model's activation dtype (BF16) even for FP8 weights, unless a flag or the checkpoint says FP8.
     kv_precision: str | None = None
-    #: How the runtime launches kernels (:mod:`simcore.host`). ``True``: CUDA-graph replay, each kernel's
+    #: How the runtime launches kernels (:mod:`simcore.cost.host`). ``True``: CUDA-graph replay, each kernel's
     #: fixed cost ``RuntimeProfile.graph_kernel_s`` (vLLM, SGLang, TensorRT-LLM's PyTorch backend in
     #: decode). ``False`` (default): eager launches at ``GpuSpec.kernel_overhead_s`` each, as the static
     #: inference rows ran: TensorRT-LLM's C++ benchmarks (``gptSessionBenchmark``, ``gptManagerBenchmark``)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.workload import Workload
 
@@ -35,7 +35,7 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
     return Path(path)
 
 
-APP_ENTRY = {"search": "from planner.apps.search import main; main()", "sim": "from simcore.apps.sim import main; main()"}
+APP_ENTRY = {"search": "from planner.apps.search import main; main()", "sim": "from planner.apps.sim import main; main()"}
 
 
 def run_app(name: str, *args, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:

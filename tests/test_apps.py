@@ -14,7 +14,7 @@ from validation.scenarios import SCENARIOS
 ROOT = Path(__file__).resolve().parent.parent
 ENTRY = {
     "search": "from planner.apps.search import main; main()",
-    "sim": "from simcore.apps.sim import main; main()",
+    "sim": "from planner.apps.sim import main; main()",
     "validate": "from validation.apps.validate import main; main()",
     "report": "from validation.apps.report import main; main()",
 }
@@ -213,7 +213,7 @@ def test_config_error_line_joins_a_list_and_drops_what_names_no_field():
     from hydra.errors import ConfigCompositionException, OverrideParseException
     from omegaconf.errors import ValidationError
 
-    from simcore.apps.common import config_error_line
+    from planner.apps.common import config_error_line
 
     missing = ConfigCompositionException("In 'x': Could not find 'model/m'\n\nAvailable options in 'model':\n\ta\n\tb\n"
                                          "Config search path:\n\tprovider=main, path=pkg://conf")
@@ -245,12 +245,12 @@ def _group_options(group: str) -> list[str]:
 
 @pytest.mark.parametrize("group", ["model", "hardware", "topology", "workload", "planner", "sim", "experiment"])
 def test_every_option_of_every_group_composes(group):
-    from planner.config import register
+    from planner.apps.search import register
 
     register()
-    from planner.config import SearchAppConfig
-    from simcore.apps.common import check_known_keys
-    from simcore.apps.sim import SimAppConfig
+    from planner.apps.common import check_known_keys
+    from planner.apps.search import SearchAppConfig
+    from planner.apps.sim import SimAppConfig
 
     with initialize_config_module(config_module="conf", version_base=None):
         for option in _group_options(group):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from simcore.apps.common import atomic_save_figure, atomic_write_json, atomic_write_text
+from planner.apps.common import atomic_save_figure, atomic_write_json, atomic_write_text
 
 
 class _HalfFigure:

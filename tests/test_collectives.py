@@ -20,7 +20,7 @@ from simcore.collectives import (
 )
 from simcore.collectives.cost import entry_costs
 from simcore.collectives.flows import double_binary_trees, run_collective, simulate_collective
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from topologies import build_topology
 
 FAB = Fabric.from_gpu(get_gpu("h100-sxm"))
@@ -287,7 +287,7 @@ def test_contention_slows_collectives_down():
 def test_multi_node_ring_crosses_domains_on_rails():
     import simpy
 
-    from simcore.network import FlowNetwork
+    from simcore.network.flownet import FlowNetwork
 
     env = simpy.Environment()
     net = FlowNetwork(env, RAIL4)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simcore.collectives import DEFAULT, Fabric, collective_time_s
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from validation import fit_collectives
 from validation.studies import collectives as study
 

@@ -13,8 +13,8 @@ from simcore.collectives.flows import run_collective, simulate_collective
 from simcore.collectives.pipeline import STEP_BYTES, WIRE_FACTOR, kernel_channels, ring_channel_reference
 from simcore.engine.executor import Executor
 from simcore.engine.program import Op, StageProgram
-from simcore.hardware import get_gpu
-from simcore.network import FlowNetwork
+from simcore.hardware.gpus import get_gpu
+from simcore.network.flownet import FlowNetwork
 from topologies import build_topology, ib_fattree
 
 FAB = Fabric.from_gpu(get_gpu("h100-sxm"))

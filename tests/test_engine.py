@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from planner.megatron import megatron_search
+from simcore.cost.proxy import evaluate
 from simcore.engine import EngineConfig, RoutingConfig, simulate
 from simcore.engine.program import build_programs
-from simcore.engine.routing import rank_loads
-from simcore.proxy import evaluate
-from simcore.strategy import Strategy, megatron_strategy
+from simcore.engine.rank_loads import rank_loads
+from simcore.strategy.sharding import Strategy, megatron_strategy
 from tests.conftest import make_ctx
 from tests.test_proxy import _decode_bound_tokens_per_s, random_strategy
 from topologies import build_topology

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simcore.cost.proxy import evaluate
 from simcore.engine import EngineConfig
 from simcore.export import TARGETS, export_plan
 from simcore.models import get_model
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
-from simcore.proxy import evaluate
-from simcore.strategy import Strategy, megatron_sharding
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
+from simcore.strategy.sharding import Strategy, megatron_sharding
 from tests.conftest import make_ctx
 
 LLAMA = get_model("llama-3.1-70b")
@@ -163,7 +163,7 @@ def test_nothing_is_dropped_silently(tp, ep, pp, dp, mb, target, model, choices)
 
 
 def test_shard_sim_export(tmp_path):
-    entry = "from simcore.apps.sim import main; main()"
+    entry = "from planner.apps.sim import main; main()"
     args = ["experiment=dense-70b-1node", "strategy.tp=2", "strategy.pp=2", "strategy.dp=2", "strategy.batch=256",
             "strategy.microbatches=2", "strategy.sharding.out_proj=dim1", "sim.decode_steps=2"]
     ok = subprocess.run([sys.executable, "-c", entry, *args, "export=sglang", f"hydra.run.dir={tmp_path}"],

@@ -4,14 +4,14 @@ import csv
 
 import pytest
 
-from simcore.cluster import Cluster
 from simcore.collectives.constants import DEFAULT
-from simcore.hardware import H100_SXM
+from simcore.cost.cluster import Cluster
+from simcore.cost.tasks import CostContext
+from simcore.hardware.gpus import H100_SXM
 from simcore.models import get_model
 from simcore.serving import get_runtime
 from simcore.serving.step_cost import StepCost, custom_all_reduce_time_s
-from simcore.strategy import megatron_strategy
-from simcore.tasks import CostContext
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 from validation import fit_custom_allreduce as fca
 

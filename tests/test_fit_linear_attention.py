@@ -6,8 +6,8 @@ import csv
 
 import pytest
 
-from simcore import linear_attention as gdn
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
+from simcore.models import linear_attention as gdn
 from validation import fit_linear_attention as fla_fit
 
 FIELDS = ["source_url", "kernel", "shape_or_size", "dtype", "metric", "value", "unit", "note", "split"]

@@ -1,16 +1,16 @@
-"""The runtime around the kernels (simcore.host): host time once per step, synchronous or overlapped,
+"""The runtime around the kernels (simcore.cost.host): host time once per step, synchronous or overlapped,
 CUDA-graph replay or eager launches; proxy and simulator agree on each."""
 
 import dataclasses
 
 import pytest
 
+from simcore.cost.host import graph_kernel_s
+from simcore.cost.lowering import StrategyArrays, lower
+from simcore.cost.proxy import evaluate
 from simcore.engine import EngineConfig, simulate
 from simcore.engine.program import build_programs
-from simcore.host import graph_kernel_s
-from simcore.lowering import StrategyArrays, lower
-from simcore.proxy import evaluate
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 from tests.conftest import make_ctx
 from topologies import build_topology

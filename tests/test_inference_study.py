@@ -84,7 +84,7 @@ def _write_rows(path, rows):
 def test_masked_mha_generation_reads_the_kv_cache_once_per_query_head():
     """TensorRT-LLM before XQA re-reads each KV head per query head: a GQA model's decode attention
     moves group x the bytes at re-read 1; an MHA model (group 1) and today's runtimes do not change."""
-    from simcore.proxy import evaluate
+    from simcore.cost.proxy import evaluate
     from validation.studies.inference import decode_kv_reread
 
     falcon = GOOD | {"model": "falcon-180b", "gpus": "8", "tp": "8", "batch": "1024", "source_url":

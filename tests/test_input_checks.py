@@ -9,24 +9,18 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from planner.serving.app import serving_space
-from simcore.apps.common import UserError
-from simcore.apps.serving import ServingAppConfig, ServingSearchConfig, build_serving_config
-from simcore.config import (
-    ConfigError,
-    TopologyConfig,
-    WorkloadConfig,
-    build_graph,
-    build_workload,
-    slo_seconds,
-)
+from planner.apps.common import UserError
+from planner.serving.config import ServingAppConfig, ServingSearchConfig, build_serving_config
+from planner.serving.search import serving_space
+from simcore.config import ConfigError, TopologyConfig, WorkloadConfig, build_workload, slo_seconds
 from simcore.moe.routing import RoutingConfig
+from topologies.scenario import build_graph
 from validation.apps.validate import StudyConfig, ValidateAppConfig
 from validation.apps.validate import run as validate_run
 from validation.studies import inference, kernels, moe
 from validation.studies.common import read_csv
 
-ENTRY_SIM = "from simcore.apps.sim import main; main()"
+ENTRY_SIM = "from planner.apps.sim import main; main()"
 
 
 def test_a_routing_file_is_refused_unless_the_distribution_reads_it(tmp_path):
@@ -128,14 +122,14 @@ def test_a_serving_plan_that_cannot_split_the_model_exits_2_naming_the_pool(tmp_
 def _serving_cfg(*overrides: str):
     from hydra import compose, initialize_config_module
 
-    import simcore.apps.sim  # noqa: F401  (registers sim_schema, the config group the sim app composes over)
+    import planner.apps.sim  # noqa: F401  (registers sim_schema, the config group the sim app composes over)
 
     with initialize_config_module(config_module="conf", version_base=None):
         return compose(config_name="sim", overrides=["experiment=dense-70b-1node", "workload=serving", *overrides])
 
 
 def test_a_request_longer_than_the_models_context_window_is_refused():
-    from simcore.apps.serving import build_serving_context
+    from planner.serving.config import build_serving_context
 
     assert build_serving_context(_serving_cfg("serving.isl=130560", "serving.osl=512")).model.name == "llama-3.1-70b"
     with pytest.raises(UserError, match=r"^serving.isl \+ serving.osl: 130561 \+ 512 tokens exceed llama-3.1-70b's "
@@ -146,9 +140,9 @@ def test_a_request_longer_than_the_models_context_window_is_refused():
 def test_shard_sim_serving_exports_the_plans_launch(tmp_path, monkeypatch):
     """``export=`` was accepted and ignored by ``shard-sim workload=serving``; it now writes the launch that
     ``shard-search workload=serving`` writes for the same plan and target, and refuses what it cannot launch."""
-    from simcore.apps.serving import run_serving_sim
+    from planner.apps.serve import run_serving_sim
 
-    monkeypatch.setattr("simcore.apps.common.run_dir", lambda: tmp_path)
+    monkeypatch.setattr("planner.apps.common.run_dir", lambda: tmp_path)
     cfg = _serving_cfg("serving.plan.pool.tp=8", "serving.num_requests=16", "serving.concurrency=4",
                        "export=sglang")
     run_serving_sim(cfg)
@@ -171,9 +165,9 @@ def test_a_static_batch_workload_field_typed_for_a_serving_run_is_refused(tmp_pa
 
 
 def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own_fields():
-    from simcore.apps.common import typed_keys
-    from simcore.apps.serving import build_serving_context
-    from simcore.apps.unread import check_typed_keys
+    from planner.apps.common import typed_keys
+    from planner.apps.unread import check_typed_keys
+    from planner.serving.config import build_serving_context
 
     assert typed_keys() == set()
     cfg = _serving_cfg()
@@ -187,14 +181,14 @@ def test_typed_keys_outside_hydra_is_empty_so_pure_runs_keep_the_experiments_own
     ("strategy.tp", "serving.plan.* or plan=FILE"), ("sim.contention", "reads sim.routing.* alone"),
     ("planner.max_tp", "serving.search.*"), ("planner.batch", "serving.search.*")])
 def test_a_static_runs_key_typed_for_a_serving_run_is_refused(key, needle):
-    from simcore.apps.unread import check_typed_keys
+    from planner.apps.unread import check_typed_keys
 
     with pytest.raises(UserError, match=rf"^{re.escape(key)}: not read under workload=serving \(.*{re.escape(needle)}"):
         check_typed_keys(_serving_cfg(), {"serving.isl", key}, "shard-sim")
 
 
 def test_what_a_serving_run_reads_is_not_refused():
-    from simcore.apps.unread import check_typed_keys
+    from planner.apps.unread import check_typed_keys
 
     read = {"workload", "sim", "sim.routing.distribution", "serving.isl", "planner.name", "planner.population",
             "workload.precision", "model", "experiment", "seed", "serving.concurrency", "serving.search.tp"}
@@ -216,7 +210,7 @@ def test_what_a_serving_run_reads_is_not_refused():
     (("serving.rate=4",), "serving.concurrency", "shard-sim", "closed-loop clients are the arrivals only"),
     ((), "serving.spec_accept", "shard-search", "read only with serving.spec_tokens > 0")])
 def test_a_serving_key_this_serving_run_does_not_read_is_refused(overrides, key, app, needle):
-    from simcore.apps.unread import check_typed_keys
+    from planner.apps.unread import check_typed_keys
 
     with pytest.raises(UserError, match=rf"^{re.escape(key)}: .*{re.escape(needle)}"):
         check_typed_keys(_serving_cfg(*overrides), {key}, app)
@@ -225,8 +219,8 @@ def test_a_serving_key_this_serving_run_does_not_read_is_refused(overrides, key,
 def test_a_serving_key_typed_for_a_static_run_is_refused():
     from hydra import compose, initialize_config_module
 
-    import simcore.apps.sim  # noqa: F401
-    from simcore.apps.unread import check_typed_keys
+    import planner.apps.sim  # noqa: F401
+    from planner.apps.unread import check_typed_keys
 
     with initialize_config_module(config_module="conf", version_base=None):
         cfg = compose(config_name="sim", overrides=["experiment=dense-70b-1node"])
@@ -239,14 +233,14 @@ def test_a_serving_key_typed_for_a_static_run_is_refused():
 def _sim_cfg(*overrides: str):
     from hydra import compose, initialize_config_module
 
-    import simcore.apps.sim  # noqa: F401
+    import planner.apps.sim  # noqa: F401
 
     with initialize_config_module(config_module="conf", version_base=None):
         return compose(config_name="sim", overrides=["experiment=dense-70b-1node", *overrides])
 
 
 def test_a_strategy_beside_a_plan_file_and_a_space_bound_beside_either_are_refused():
-    from simcore.apps.unread import check_typed_keys
+    from planner.apps.unread import check_typed_keys
 
     planned = _sim_cfg("plan=best_plan.yaml")
     with pytest.raises(UserError, match=r"^strategy.tp: plan=best_plan.yaml gives the strategy; pass one of"):

@@ -39,7 +39,7 @@ def test_every_tool_prints_its_figures_through_jsonline():
 def test_the_apps_result_files_are_strict_json(tmp_path):
     """``atomic_write_json`` (every app's results.json / summary.json / result.json) writes null for a
     figure with no value, and still turns numpy scalars and arrays into JSON."""
-    from simcore.apps.common import atomic_write_json
+    from planner.apps.common import atomic_write_json
 
     path = atomic_write_json(tmp_path / "r.json", {"reranked": math.nan, "n": np.int64(3), "v": np.array([0.5, np.inf])})
 

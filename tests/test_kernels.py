@@ -1,4 +1,4 @@
-"""Kernel time model (simcore.kernels) and its calibration script (validation.fit_kernels)."""
+"""Kernel time model (simcore.hardware.kernels) and its calibration script (validation.fit_kernels)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.hardware import get_gpu
-from simcore.kernels import (
+from simcore.hardware.gpus import get_gpu
+from simcore.hardware.kernels import (
     DECODE_ATTENTION_FILL_S,
     attention_time_s,
     gemm_bytes,

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from simcore import layout as L
 from simcore.models import get_model
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS, input_layout, model_ops, output_layout
-from simcore.strategy import Strategy, StrategyError, megatron_sharding, megatron_strategy
+from simcore.strategy import layout as L
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, input_layout, model_ops, output_layout
+from simcore.strategy.sharding import Strategy, StrategyError, megatron_sharding, megatron_strategy
 
 
 @pytest.mark.parametrize(("src", "dst", "coll", "size"), [

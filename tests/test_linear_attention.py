@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from simcore import linear_attention as gdn
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext, StrategyArrays, _Lowerer
-from simcore.memory import memory_per_gpu_bytes, reason_names, structural_reasons
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, StrategyArrays, _Lowerer
+from simcore.cost.memory import memory_per_gpu_bytes, reason_names, structural_reasons
 from simcore.models import CONFIG_DIR, ModelConfigError, from_hf_config, get_model, preset_for
+from simcore.models import linear_attention as gdn
 from simcore.serving import GroupBatch, LengthDist, ServingConfig, ServingPlan, StepCost, simulate_serving
 from simcore.serving.kvcache import KvCache, kv_bytes_per_token, state_blocks, state_bytes_per_sequence
 from simcore.serving.requests import Request
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 
 Q35 = "qwen3.5-397b-a17b"
@@ -188,7 +188,7 @@ def test_delta_rule_cost_by_hand_at_the_fitted_constants() -> None:
 
 def test_mixer_is_the_delta_rule_plus_conv_and_gated_norm() -> None:
     spec, gpu = get_model(Q35), _ctx().cluster.gpu
-    from simcore.kernels import memory_time_s
+    from simcore.hardware.kernels import memory_time_s
 
     for phase, seqs, new in (("decode", 16.0, 1.0), ("prefill", 2.0, 3000.0)):
         core, flops = gdn.core_time_s(spec, gpu, "fp8", np, phase, seqs, new, 0.0, 4.0)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.lowering import StrategyArrays, lower
-from simcore.memory import memory_per_gpu_bytes, stage_layers
+from simcore.cost.lowering import StrategyArrays, lower
+from simcore.cost.memory import memory_per_gpu_bytes, stage_layers
 from simcore.models import CONFIG_DIR, ModelConfigError, ModelSpec, from_hf_config, get_model
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from tests.conftest import make_ctx
 
 

@@ -1,4 +1,4 @@
-"""Tests for the model catalog (simcore/models.py and simcore/model_configs/)."""
+"""Tests for the model catalog (simcore/models/spec.py and simcore/models/configs/)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ ACTIVE_CONVENTION = {
     "qwen3-30b-a3b": (True, 0.03), "qwen3-coder-480b-a35b": (True, 0.03), "glm-5": (False, 0.05),
 }
 # Not here: qwen3-next-80b-a3b, whose "A3B" (3B active) is rounder than its 3.87B with the input
-# embedding or 3.56B without (see simcore/model_configs/README.md).
+# embedding or 3.56B without (see simcore/models/configs/README.md).
 
 
 @pytest.mark.parametrize(("name", "convention"), ACTIVE_CONVENTION.items())
@@ -287,7 +287,7 @@ def test_param_count_invariants(layers: int, kv: int, group: int, head_dim: int,
     assert from_hf_config(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize("module_name", ["simcore.models", "simcore.model_ids"])
+@pytest.mark.parametrize("module_name", ["simcore.models.spec", "simcore.models.ids"])
 def test_catalog_doctests(module_name):
     import doctest
     import importlib

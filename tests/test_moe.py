@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from simcore.hardware import get_gpu
-from simcore.lowering import StrategyArrays
-from simcore.memory import memory_per_gpu_bytes, reason_names, redundant_fit_error
+from simcore.cost.lowering import StrategyArrays
+from simcore.cost.memory import memory_per_gpu_bytes, reason_names, redundant_fit_error
+from simcore.cost.proxy import evaluate, evaluate_batch
+from simcore.hardware.gpus import get_gpu
 from simcore.models import get_model
 from simcore.moe import (
     DEFAULT_DEEPEP,
@@ -20,8 +21,7 @@ from simcore.moe import (
     slots_per_rank,
     uniform_time_s,
 )
-from simcore.proxy import evaluate, evaluate_batch
-from simcore.strategy import Strategy
+from simcore.strategy.sharding import Strategy
 from tests.conftest import make_ctx
 
 DSV3 = get_model("deepseek-v3")
@@ -189,7 +189,7 @@ def _shard_sim(tmp_path, *overrides):
     import subprocess
     import sys
 
-    code = "import sys; from simcore.apps.sim import main; sys.argv = ['shard-sim'] + sys.argv[1:]; main()"
+    code = "import sys; from planner.apps.sim import main; sys.argv = ['shard-sim'] + sys.argv[1:]; main()"
     return subprocess.run([sys.executable, "-c", code, "experiment=deepseek-8node", f"hydra.run.dir={tmp_path}",
                            *overrides], capture_output=True, text=True, timeout=300)
 

@@ -12,9 +12,9 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simcore import maxmin
-from simcore.maxmin import max_min_rates, unsettled_flows
-from simcore.network import FlowNetwork
+from simcore.network import maxmin
+from simcore.network.flownet import FlowNetwork
+from simcore.network.maxmin import max_min_rates, unsettled_flows
 from topologies import build_topology, gpu_nodes, ib_fattree, ib_rail
 from validation.bench_network import alltoall, hierarchical_allreduce, ring_allreduce, run_case
 

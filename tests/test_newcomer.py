@@ -9,14 +9,15 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_module
 
-from simcore.config import build_context, build_space
+from simcore.config import build_space
 from simcore.models import get_model
 from tests.test_apps import ROOT, app
+from topologies.scenario import build_context
 
 
 def test_sim_without_a_plan_simulates_the_best_megatron_plan(tmp_path: Path) -> None:
-    import simcore.apps.sim  # noqa: F401  (registers sim_schema)
-    from simcore.megatron import megatron_search
+    import planner.apps.sim  # noqa: F401  (registers sim_schema)
+    from simcore.space.megatron import megatron_search
 
     proc = app("sim", "experiment=dense-70b-1node", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -75,8 +76,8 @@ def test_simcore_never_imports_planner() -> None:
 def test_one_copy_of_the_megatron_search() -> None:
     import planner.megatron
     import planner.space
-    import simcore.megatron
-    import simcore.space
+    import simcore.space.bounds
+    import simcore.space.megatron
 
-    assert planner.megatron.megatron_search is simcore.megatron.megatron_search
-    assert planner.space.SearchSpace is simcore.space.SearchSpace
+    assert planner.megatron.megatron_search is simcore.space.megatron.megatron_search
+    assert planner.space.SearchSpace is simcore.space.bounds.SearchSpace

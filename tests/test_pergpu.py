@@ -8,10 +8,10 @@ import sys
 import numpy as np
 import pytest
 
+from simcore.cost.proxy import evaluate
 from simcore.engine import EngineConfig, RoutingConfig, simulate
 from simcore.engine.moework import RankPrograms
-from simcore.proxy import evaluate
-from simcore.strategy import Strategy
+from simcore.strategy.sharding import Strategy
 from tests.conftest import make_ctx
 from tests.test_proxy import random_strategy
 from topologies import build_topology
@@ -128,7 +128,7 @@ def test_per_gpu_trace_draws_every_gpu_and_every_trace_has_link_counters():
 def test_unknown_mode_is_rejected_with_the_field_named():
     with pytest.raises(ValueError, match="sim.mode"):
         EngineConfig(mode="fast")
-    code = "import sys; from simcore.apps.sim import main; sys.argv = ['shard-sim', 'sim.mode=fast']; main()"
+    code = "import sys; from planner.apps.sim import main; sys.argv = ['shard-sim', 'sim.mode=fast']; main()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: sim.mode")
@@ -146,7 +146,7 @@ def test_alltoallv_with_equal_pairs_is_the_direct_all_to_all_and_waits_for_its_l
 
     from simcore.collectives.flows import run_collective
     from simcore.engine.alltoallv import run_alltoallv
-    from simcore.network import FlowNetwork
+    from simcore.network.flownet import FlowNetwork
 
     ctx = make_ctx("mixtral-8x7b", 16, "decode")
     graph = build_topology("h100-ib-rail", num_nodes=2)
@@ -185,7 +185,7 @@ def test_block_symmetries_merge_an_ep_axis_the_shift_by_one_cannot(placement):
     assert orbits["e"] == [0] * 8
     import simpy
 
-    from simcore.network import FlowNetwork
+    from simcore.network.flownet import FlowNetwork
 
     net = FlowNetwork(simpy.Environment(), graph)
     placed = placement_of(graph, s, placement)
@@ -205,7 +205,7 @@ def test_a_route_that_branches_is_never_proven_to_map():
     import simpy
 
     from simcore.engine.lanes import _Check
-    from simcore.network import FlowNetwork
+    from simcore.network.flownet import FlowNetwork
 
     graph = build_topology("h100-ib-fattree", num_nodes=4, nodes_per_leaf=2)
     net = FlowNetwork(simpy.Environment(), graph)
@@ -246,7 +246,7 @@ def test_symmetries_are_memoized_on_every_input_they_depend_on():
     from simcore.engine import lanes
     from simcore.engine.alltoallv import pxn_relay
     from simcore.engine.phase import placement_of
-    from simcore.network import FlowNetwork
+    from simcore.network.flownet import FlowNetwork
 
     graph = build_topology("h100-ib-rail", num_nodes=4)
     net = FlowNetwork(simpy.Environment(), graph)

@@ -16,10 +16,10 @@ from planner.megatron import strategy_from_key
 from planner.runner import ITERATIVE, SearchInterrupted, run_planner
 from planner.search import PPOSearch, reward
 from planner.space import SearchSpace
-from simcore.lowering import StrategyArrays
-from simcore.memory import bit, structural_reasons
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS
-from simcore.strategy import megatron_sharding
+from simcore.cost.lowering import StrategyArrays
+from simcore.cost.memory import bit, structural_reasons
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
+from simcore.strategy.sharding import megatron_sharding
 from tests.conftest import make_ctx
 
 DIVISIBILITY = bit("heads_divisibility") | bit("feature_divisibility") | bit("batch_divisibility")
@@ -136,8 +136,8 @@ def test_reward_is_eq_1():
 # ----- re-ranking --------------------------------------------------------------------------------------
 def test_canonical_key_merges_plans_that_cannot_differ():
     from planner.megatron import canonical_key
+    from simcore.cost.proxy import evaluate
     from simcore.models import get_model
-    from simcore.proxy import evaluate
 
     model = get_model("mixtral-8x7b")  # MoE without shared experts or dense layers
     ctx = make_ctx("mixtral-8x7b", 16, "decode")

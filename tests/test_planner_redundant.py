@@ -14,10 +14,10 @@ from planner.megatron import BASE_WIDTH, KEY_WIDTH, canonical_key, full_keys, st
 from planner.runner import run_planner
 from planner.space import SearchSpace
 from simcore.config import SpaceConfig, build_space
-from simcore.memory import bit
+from simcore.cost.memory import bit
 from simcore.models import get_model
 from simcore.moe.routing import RoutingConfig
-from simcore.strategy import Strategy, megatron_strategy
+from simcore.strategy.sharding import Strategy, megatron_strategy
 from tests.conftest import make_ctx
 
 ZIPF = RoutingConfig(distribution="zipf", zipf_skew=1.2)

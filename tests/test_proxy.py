@@ -5,11 +5,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simcore import layout as L
-from simcore.lowering import StrategyArrays, lower
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS
-from simcore.proxy import evaluate, evaluate_batch
-from simcore.strategy import Strategy, megatron_strategy
+from simcore.cost.lowering import StrategyArrays, lower
+from simcore.cost.proxy import evaluate, evaluate_batch
+from simcore.strategy import layout as L
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
+from simcore.strategy.sharding import Strategy, megatron_strategy
 from tests.conftest import make_ctx
 
 SCENARIOS = [
@@ -113,8 +113,8 @@ def test_invalid_strategies_carry_reasons():
 
 
 def test_groups_that_straddle_nvlink_domains_unevenly_are_invalid():
-    from simcore.cluster import Cluster
-    from simcore.lowering import CostContext
+    from simcore.cost.cluster import Cluster
+    from simcore.cost.lowering import CostContext
 
     base = make_ctx("deepseek-v3", 144)
     ctx = CostContext(base.model, base.workload, Cluster.simple("h100-sxm", 144, nvlink_domain_size=72))

@@ -62,9 +62,9 @@ def test_the_readme_shows_commands_of_every_app():
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_readme_command_composes(command):
-    from planner.config import SearchAppConfig, register
-    from simcore.apps.common import check_known_keys
-    from simcore.apps.sim import SimAppConfig
+    from planner.apps.common import check_known_keys
+    from planner.apps.search import SearchAppConfig, register
+    from planner.apps.sim import SimAppConfig
     from validation.apps.validate import ValidateAppConfig
 
     register()  # the apps' structured schemas (importing the sim and validate apps stores theirs)

@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig, OmegaConf
 
 from planner.megatron import megatron_search
-from simcore.config import build_context
-from simcore.proxy import evaluate
+from simcore.cost.proxy import evaluate
+from topologies.scenario import build_context
 from validation.report import collect, curves_plot
 from validation.report.curves import read_curve
 
@@ -22,7 +22,7 @@ LOG_ERROR = "error: topology.num_nodes must be positive, got 0"
 
 
 def _config(experiment: str) -> DictConfig:
-    from planner.config import register
+    from planner.apps.search import register
 
     register()
     with initialize_config_module(config_module="conf", version_base=None):

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
+from simcore.cost.proxy import evaluate
 from simcore.models import get_model
-from simcore.opgraph import CHOICES
-from simcore.proxy import evaluate
-from simcore.strategy import Strategy
+from simcore.strategy.opgraph import CHOICES
+from simcore.strategy.sharding import Strategy
 from simcore.workload import Workload
 from validation.studies.rewrites import Grid, fit_plan, headline, run
 from validation.studies.rewrites.candidates import (

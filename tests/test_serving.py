@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext, StrategyArrays, lower
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, StrategyArrays, lower
 from simcore.models import get_model
 from simcore.serving import (
     GroupBatch,
@@ -21,7 +21,7 @@ from simcore.serving import (
     read_trace,
     simulate_serving,
 )
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 
 
@@ -232,7 +232,7 @@ def test_tensorrt_llm_memory_fraction_is_of_the_memory_the_weights_leave():
     """TensorRT-LLM's free_gpu_memory_fraction takes a share of what is free after the model loads;
     vLLM's gpu_memory_utilization a share of all HBM: the same 0.45 gives TensorRT-LLM far more KV."""
     from simcore.serving.kvcache import kv_capacity_tokens
-    from simcore.strategy import megatron_strategy
+    from simcore.strategy.sharding import megatron_strategy
 
     ctx = CostContext(get_model("llama-3.1-70b"), Workload(precision="fp8"), Cluster.simple("h200", 8))
     s = megatron_strategy(tp=1)
@@ -262,9 +262,9 @@ def test_runtime_layout_all_reduces_an_moe_layer_twice(model):
     """The serving runtimes' layout gives a tensor-parallel MoE layer two all-reduces (after the attention
     output, after the experts) and nothing else on the TP group; Megatron's token-split router a
     reduce-scatter and all-gathers back. A dense layer communicates the same under both."""
-    from simcore import layout as L
-    from simcore.lowering import _Lowerer
+    from simcore.cost.lowering import _Lowerer
     from simcore.serving import runtime_strategy
+    from simcore.strategy import layout as L
 
     ctx = _ctx(model)
 
@@ -305,7 +305,7 @@ def test_fast_path_equals_reference_for_an_moe_model_with_its_moe_block(runtime)
 def test_a_full_width_qk_norm_all_reduces_its_variances_once_per_layer():
     """MiniMax-M2 normalises q and k over all heads: with heads split over TP ranks, one extra all-reduce
     of 8 bytes per token (two FP32 sums of squares); none at TP 1, none for a per-head norm (Qwen3)."""
-    from simcore.lowering import _Lowerer
+    from simcore.cost.lowering import _Lowerer
     from simcore.serving import runtime_strategy
 
     def qk_norm_tasks(model, tp):

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.moe import RoutingConfig
 from simcore.serving import (
@@ -22,7 +22,7 @@ from simcore.serving import (
     simulate_serving,
 )
 from simcore.serving.breakdown import PARTS, mean_decode_batches, step_breakdown
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 
 ADJUST = ("CUDA graph replay", "eager launch floor")
@@ -204,7 +204,7 @@ def test_app_breakdowns_of_a_seesaw_plan():
 
     from rich.console import Console
 
-    from simcore.apps.serving import _breakdown_table, decode_step_breakdowns
+    from planner.apps.serve import _breakdown_table, decode_step_breakdowns
 
     ctx = _ctx("llama-3.1-8b")
     plan = ServingPlan.seesaw(megatron_strategy(tp=8), megatron_strategy(tp=4, pp=2))

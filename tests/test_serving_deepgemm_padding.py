@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.kernels import gemm_time_s
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
+from simcore.hardware.kernels import gemm_time_s
 from simcore.models import get_model
 from simcore.serving import GroupBatch, ServingInputError, StepCost, get_runtime
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 from validation.studies.serving.mapping import map_row, version_fields
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import (
     LengthDist,
@@ -127,7 +127,7 @@ def test_fast_path_equals_reference_when_the_headroom_binds(tp_ep):
 def test_sglangs_default_static_fraction_is_its_own_heuristic():
     """ServerArgs._handle_gpu_memory_settings by hand: H100 (81,559 MiB), TP 1: 512 + 1.5 x 8192 + 2 x 256
     + 1024 / 8 = 13,440 MiB reserved; H200 (143,771 MiB), TP 8: 512 + 12,288 + 1,024 + 1,024 = 14,848."""
-    from simcore.hardware import get_gpu
+    from simcore.hardware.gpus import get_gpu
     from simcore.serving.kvcache import sglang_mem_fraction
 
     rt = get_runtime("sglang")

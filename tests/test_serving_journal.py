@@ -8,11 +8,11 @@ import pickle
 import pytest
 
 import planner.serving.evaluator as evaluator_module
+from planner.apps.common import UserError
 from planner.serving import ServingEvaluator, ServingSpace, method_config, run_method
 from planner.serving.journal import JOURNAL_NAME, SimJournal
-from simcore.apps.common import UserError
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import LengthDist, ServingConfig, get_runtime
 from simcore.workload import Workload

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens

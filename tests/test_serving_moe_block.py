@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.kernels import gemm_bytes
-from simcore.lowering import CostContext, expert_gemm_s
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, expert_gemm_s
+from simcore.hardware.kernels import gemm_bytes
 from simcore.models import get_model
 from simcore.serving import GroupBatch, ServingInputError, StepCost, get_runtime, runtime_strategy
 from simcore.workload import Workload

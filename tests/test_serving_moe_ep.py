@@ -9,9 +9,9 @@ import math
 import pytest
 import yaml
 
-from simcore.cluster import Cluster
-from simcore.kernels import gemm_time_s
-from simcore.lowering import CostContext, routed_experts
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, routed_experts
+from simcore.hardware.kernels import gemm_time_s
 from simcore.models import get_model
 from simcore.moe import RoutingConfig, expected_max_loads
 from simcore.serving import (
@@ -172,7 +172,7 @@ def test_describe_and_dict_name_moe_ep_only_when_set():
 
 
 def test_a_plan_file_carries_moe_ep_through_the_app():
-    from simcore.apps.serving import plan_from_dict
+    from planner.serving.config import plan_from_dict
 
     plan = ServingPlan("agg", pool=Pool(runtime_strategy(tp=8), workers=1, max_num_seqs=64, moe_ep=8))
     again = plan_from_dict(plan.to_dict())

@@ -6,11 +6,11 @@ import csv
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import GroupBatch, ServingInputError, StepCost, get_runtime
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 from validation import fit_moe_kernels
 
@@ -81,7 +81,7 @@ def test_the_kernel_timings_bound_the_serving_profiles_from_above():
 def test_triton_runs_fp8_experts_at_the_bf16_rate_and_cutlass_at_fp8s():
     """``moe_fp8_at_bf16_rate``: vLLM's and SGLang's FP8 experts get BF16's tensor-core rate (times their
     efficiency), TensorRT-LLM's FP8's; BF16 experts are priced the same either way."""
-    from simcore.hardware import get_gpu
+    from simcore.hardware.gpus import get_gpu
 
     gpu = get_gpu("h200")
     bf16 = gpu.peak_flops_per_s["bf16"] * gpu.gemm_efficiency["bf16"]

@@ -21,8 +21,8 @@ from planner.serving import (
     pareto_mask,
     run_method,
 )
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import (
     LengthDist,
@@ -33,10 +33,10 @@ from simcore.serving import (
     runtime_strategy,
     simulate_serving,
 )
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 
-ENTRY = {"search": "from planner.apps.search import main; main()", "sim": "from simcore.apps.sim import main; main()"}
+ENTRY = {"search": "from planner.apps.search import main; main()", "sim": "from planner.apps.sim import main; main()"}
 
 
 def _case(gpus=4, ttft=0.5, tpot=0.02, seqs=(8, 32), tp=(1, 2, 4)):

@@ -7,9 +7,9 @@ import pytest
 from conftest import run_app, search_then_replay
 
 from planner.serving import ServingEvaluator, ServingSpace, method_config, run_method
-from simcore.apps.serving import plan_from_dict
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from planner.serving.config import plan_from_dict
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.moe import RoutingConfig
 from simcore.serving import LengthDist, ServingConfig, get_runtime

@@ -21,8 +21,8 @@ from planner.serving.poolwise import (
     screen_prefill,
 )
 from planner.serving.space import ServingSpace
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import (
     LengthDist,

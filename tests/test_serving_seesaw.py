@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from simcore.apps.common import UserError
-from simcore.apps.serving import plan_from_dict
-from simcore.cluster import Cluster
+from planner.apps.common import UserError
+from planner.serving.config import plan_from_dict
 from simcore.collectives.constants import DEFAULT
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import LengthDist, ServingConfig, ServingInputError, ServingPlan, simulate_serving
 from simcore.serving.reshard import reshard_bytes_per_gpu, reshard_s
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 
 
@@ -144,7 +144,7 @@ def test_a_seesaw_plan_has_no_launch_configuration():
     from simcore.export.serving import serving_launch
     from simcore.models import get_model
     from simcore.serving import ServingPlan
-    from simcore.strategy import megatron_strategy
+    from simcore.strategy.sharding import megatron_strategy
 
     plan = ServingPlan.seesaw(megatron_strategy(pp=2), megatron_strategy(tp=2), 1, 64)
     with pytest.raises(ValueError, match="seesaw plan has no launch"):

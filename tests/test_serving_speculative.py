@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from simcore.cluster import Cluster
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.export.serving import serving_launch
-from simcore.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import (
     GroupBatch,
@@ -157,7 +157,7 @@ def test_a_model_without_mtp_modules_launches_an_eagle3_draft():
 
 
 def test_cli_bad_acceptance_exits_2_with_one_line(tmp_path):
-    cmd = [sys.executable, "-c", "from simcore.apps.sim import main; main()", "workload=serving",
+    cmd = [sys.executable, "-c", "from planner.apps.sim import main; main()", "workload=serving",
            "serving.spec_tokens=2", "serving.spec_accept=[0.9,2.0]", f"hydra.run.dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import (
     LengthDist,
@@ -20,7 +20,7 @@ from simcore.serving import (
 from simcore.serving.kvcache import KvCache
 from simcore.serving.requests import Request
 from simcore.serving.scheduler import AttentionDpBalance, GroupScheduler
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 from validation.studies.serving.launch import launch_flags
 

@@ -60,7 +60,7 @@ def test_study_rows_carry_their_checkpoints_expert_bytes(model_path, precision, 
 def _expert_gemms_s(ctx, tokens: int) -> float:
     """GPU seconds of one MoE layer's two grouped expert GEMMs at ``tokens`` decoding tokens, TP 8,
     under profile vllm's MoE kernel rates."""
-    from simcore.lowering import StrategyArrays
+    from simcore.cost.lowering import StrategyArrays
     from simcore.serving.step_cost import _NoAttention
 
     rt = get_runtime("vllm")

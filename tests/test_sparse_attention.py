@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from simcore import sparse_attention as dsa
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext, StrategyArrays, _Lowerer
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, StrategyArrays, _Lowerer
 from simcore.models import CONFIG_DIR, ModelConfigError, from_hf_config, get_model, preset_for
+from simcore.models import sparse_attention as dsa
 from simcore.serving import GroupBatch, LengthDist, ServingConfig, ServingPlan, StepCost, simulate_serving
 from simcore.serving.kvcache import kv_bytes_per_token
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 
 GLM5 = "glm-5"
@@ -72,8 +72,8 @@ def test_sparse_attention_needs_mla_and_all_three_fields() -> None:
 
 
 def test_indexer_weights_sit_whole_on_every_rank() -> None:
-    from simcore.memory import memory_per_gpu_bytes
-    from simcore.opgraph import model_ops
+    from simcore.cost.memory import memory_per_gpu_bytes
+    from simcore.strategy.opgraph import model_ops
 
     glm, v3 = get_model(GLM5), get_model("deepseek-v3")
     qkv = model_ops(glm)["qkv"]

@@ -9,6 +9,7 @@ import networkx as nx
 import pytest
 
 import topologies
+from simcore.network import cluster_graph as graph
 from topologies import (
     TOPOLOGY_NAMES,
     build_topology,
@@ -16,7 +17,6 @@ from topologies import (
     custom,
     dump_topology_yaml,
     gpu_nodes,
-    graph,
     hgx_h100,
     ib_fattree,
     ib_rail,
@@ -60,7 +60,7 @@ def test_every_preset_builds_and_validates(name):
 
 @pytest.mark.parametrize("name", TOPOLOGY_NAMES)
 def test_presets_accept_the_config_parameters(name):
-    # simcore.config.build_graph passes num_nodes and oversubscription to every preset
+    # topologies.scenario.build_graph passes num_nodes and oversubscription to every preset
     g = build_topology(name, num_nodes=1, oversubscription=1.0)
     assert g.graph["num_nodes"] == 1
 
@@ -98,7 +98,7 @@ def test_gpu_rates_follow_the_catalog():
     ("h100-ib-rail", "ib", "rail"), ("h100-ib-fattree", "ib", "fattree"), ("h100-efa", "efa", "fattree"),
     ("h200-efa", "efa", "fattree"), ("h100-roce", "roce", "rail"), ("gb200-nvl72", "ib", "none")])
 def test_presets_carry_their_fabric_into_the_cost_model(name, fabric, layout):
-    from simcore.cluster import Cluster
+    from simcore.cost.cluster import Cluster
 
     g = build_topology(name)
     assert (g.graph["fabric"], g.graph["layout"]) == (fabric, layout)
@@ -116,7 +116,7 @@ def test_fabric_is_a_parameter_of_the_generic_presets_and_is_checked():
 
 
 def test_gb200_nvl72_runs_blackwell_compute_and_nvlink5():
-    from simcore.cluster import Cluster
+    from simcore.cost.cluster import Cluster
 
     cluster = Cluster.from_graph(build_topology("gb200-nvl72"))
     assert cluster.gpu.name == "gb200" and cluster.gpu.arch == "blackwell"

@@ -1,13 +1,13 @@
 """Cluster topologies as ``networkx.DiGraph``: builders, named presets, YAML loader, helpers.
 
-See :mod:`topologies.graph` for the graph conventions every builder follows.
+See :mod:`simcore.network.cluster_graph` for the graph conventions every builder follows.
 """
 
 from __future__ import annotations
 
 from topologies.builders import hgx_h100, ib_fattree, ib_rail, nvl72
 from topologies.custom import dump_topology_yaml, load_topology_yaml, topology_from_dict
-from topologies.graph import NODE_KINDS, gpu_nodes, node_of, validate_topology
+from simcore.network.cluster_graph import NODE_KINDS, gpu_nodes, node_of, validate_topology
 from topologies.presets import TOPOLOGY_NAMES, build_topology
 
 __all__ = [

@@ -39,8 +39,8 @@ import math
 import networkx as nx
 
 from simcore.collectives.constants import check_fabric
-from simcore.hardware import GpuSpec, get_gpu
-from topologies.graph import validate_topology
+from simcore.hardware.gpus import GpuSpec, get_gpu
+from simcore.network.cluster_graph import validate_topology
 
 __all__ = [
     "NVLINK_LATENCY_S", "NIC_LATENCY_S", "SWITCH_LATENCY_S", "CABLE_LATENCY_S",
@@ -121,7 +121,7 @@ def hgx_h100(gpu: str = "h100-sxm") -> nx.DiGraph:
     Parameters
     ----------
     gpu : str
-        Hardware catalog name (``simcore.hardware.get_gpu``); sets the NVLink rate.
+        Hardware catalog name (``simcore.hardware.gpus.get_gpu``); sets the NVLink rate.
 
     Returns
     -------

@@ -27,10 +27,10 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from simcore.apps.common import atomic_write_text
+from simcore.files import atomic_write_text
 from simcore.collectives.constants import FABRICS
-from simcore.hardware import get_gpu
-from topologies.graph import NODE_KINDS, gpu_nodes, validate_topology
+from simcore.hardware.gpus import get_gpu
+from simcore.network.cluster_graph import NODE_KINDS, gpu_nodes, validate_topology
 
 __all__ = ["load_topology_yaml", "topology_from_dict", "dump_topology_yaml"]
 

@@ -18,9 +18,10 @@ import time
 from planner.exact import exact_optimum
 from planner.megatron import megatron_search, strategy_from_key
 from planner.space import SearchSpace
-from simcore.config import build_engine_config, build_graph
+from simcore.config import build_engine_config
+from topologies.scenario import build_graph
 from simcore.engine import simulate
-from simcore.proxy import evaluate
+from simcore.cost.proxy import evaluate
 from validation import jsonline
 from validation.scenarios import scenario_config, scenario_context
 

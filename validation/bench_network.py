@@ -1,4 +1,4 @@
-"""Speed of the flow-level network (``simcore.network.FlowNetwork``).
+"""Speed of the flow-level network (``simcore.network.flownet.FlowNetwork``).
 
 ``python -m validation.bench_network`` runs four cases and prints wall and CPU time, events
 (rate solves + completion timeouts) and events per second, then one JSON line:
@@ -37,7 +37,7 @@ import simpy
 from simcore.collectives import DEFAULT, Fabric
 from simcore.collectives.cost import entry_costs
 from simcore.collectives.flows import run_collective, simulate_collective
-from simcore.network import FlowNetwork
+from simcore.network.flownet import FlowNetwork
 from topologies import build_topology, gpu_nodes
 from validation import jsonline
 

@@ -47,7 +47,8 @@ def _rerank(scenario: str, ctx, result, pcfg) -> tuple[float, float]:
     """Re-ranked value of a search's answer and the re-ranking wall time. The re-ranker's answers
     are memoized per strategy: seeds and methods that reach the same plans do not simulate them twice."""
     from planner.rerank import make_reranker, rerank_search
-    from simcore.config import build_engine_config, build_graph
+    from simcore.config import build_engine_config
+    from topologies.scenario import build_graph
     from validation.scenarios import scenario_config
 
     started = time.perf_counter()
@@ -137,7 +138,7 @@ def _references(scenario: str, budget: int, with_rerank: bool = True) -> dict:
 def _print(table: dict, refs: dict, methods: list[str]) -> None:
     from rich.table import Table
 
-    from simcore.apps.common import console
+    from planner.apps.common import console
 
     t = Table(title="planners vs the exact optimum and the Megatron heuristic (median over seeds)")
     for col in ("scenario", "method", "frac exact", "worst", "x Megatron (proxy)", "x Megatron (re-ranked)",

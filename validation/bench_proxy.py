@@ -14,9 +14,9 @@ import time
 import numpy as np
 
 from planner.space import SearchSpace
-from simcore.lowering import StrategyArrays
-from simcore.opgraph import SEARCHABLE_OPS
-from simcore.proxy import evaluate, evaluate_batch
+from simcore.cost.lowering import StrategyArrays
+from simcore.strategy.opgraph import SEARCHABLE_OPS
+from simcore.cost.proxy import evaluate, evaluate_batch
 from validation import jsonline
 from validation.scenarios import scenario_context
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> dict:
     per_s = args.n / statistics.median(batch_s)
 
     from planner.megatron import strategy_from_key
-    from simcore.lowering import _scalar_collective_s
+    from simcore.cost.lowering import _scalar_collective_s
 
     strategies = [strategy_from_key(k) for k in keys[: args.scalar_calls]]
     evaluate(ctx, strategies[0])

@@ -14,7 +14,7 @@ import argparse
 import time
 
 from simcore.serving import LengthDist, ServingConfig, ServingPlan, simulate_serving
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from validation import jsonline
 from validation.scenarios import scenario_context
 

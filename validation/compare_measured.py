@@ -20,7 +20,7 @@ import dataclasses
 import statistics
 from pathlib import Path
 
-from simcore.lowering import CostContext
+from simcore.cost.lowering import CostContext
 from validation import jsonline
 from validation.split import BadInput, run_script, split_label, split_of
 from validation.studies.inference import parse_row, predict

@@ -13,7 +13,7 @@ import argparse
 import statistics
 
 from planner.megatron import megatron_search
-from simcore.config import build_graph
+from topologies.scenario import build_graph
 from simcore.engine import EngineConfig, simulate
 from validation import jsonline
 from validation.scenarios import scenario_config, scenario_context

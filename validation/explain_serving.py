@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.apps.serving import decode_step_breakdowns
+from planner.apps.serve import decode_step_breakdowns
 from simcore.serving import get_runtime, simulate_serving
 from simcore.serving.breakdown import PARTS
 from validation import jsonline

@@ -37,7 +37,7 @@ from scipy.optimize import least_squares
 
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s
 from simcore.collectives.constants import FABRICS
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from validation import jsonline
 from validation.split import refuse_test_rows, run_script
 from validation.studies.collectives import DEFAULT_DATA, Case, load_rows, parse_row

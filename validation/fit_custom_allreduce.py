@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.hardware import H100_SXM
+from simcore.hardware.gpus import H100_SXM
 from simcore.serving import get_runtime
 from simcore.serving.step_cost import custom_all_reduce_time_s
 from validation import jsonline

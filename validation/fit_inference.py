@@ -4,7 +4,7 @@
 
 * ``GpuSpec.iteration_overhead_s``: the host's time per step (scheduling, sampling, input
   preparation), charged once per step (a prefill pass, a decode step of every microbatch) beside the
-  GPU's (:mod:`simcore.host`), on every usable row;
+  GPU's (:mod:`simcore.cost.host`), on every usable row;
 * ``NcclConstants.launch_overhead_s``: what the runtime adds to each collective beyond NCCL's own
   latency, fitted jointly with the host time. The collectives fit cannot see it: every row there is
   charged the per-call cost of the harness that measured it (nccl-tests, XLA, torch.distributed;
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from simcore.collectives import DEFAULT
-from simcore.proxy import evaluate
+from simcore.cost.proxy import evaluate
 from validation import jsonline
 from validation.split import BadInput, refuse_test_rows, run_script
 from validation.studies import inference

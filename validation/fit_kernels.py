@@ -13,7 +13,7 @@ It then fits by least squares on log time:
   (cuBLASLt, DeepGEMM and torch FP8 rows), ``hbm_efficiency`` (STREAM rows and memory-bound
   GEMMs), ``attention_efficiency`` (fused attention rows), ``kernel_overhead_s`` (all sized rows);
 * ``gemm_tile`` by grid search over ``--tiles``;
-* then ``DECODE_ATTENTION_FILL_S`` (``simcore.kernels``): the median residual of decode attention rows.
+* then ``DECODE_ATTENTION_FILL_S`` (``simcore.hardware.kernels``): the median residual of decode attention rows.
 
 Each kernel family gets equal total weight, so the 375 XLA rows do not drown the 5 STREAM rows.
 Error figures are on time: relative error ``pred / meas - 1``; "geomean |err|" is
@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
-from simcore.hardware import GpuSpec, get_gpu
-from simcore.kernels import DECODE_ATTENTION_FILL_S, attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
+from simcore.hardware.gpus import GpuSpec, get_gpu
+from simcore.hardware.kernels import DECODE_ATTENTION_FILL_S, attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
 from validation import jsonline
 from validation.split import BadInput, refuse_test_rows, run_script, split_label, split_of
 from validation.studies.common import read_csv

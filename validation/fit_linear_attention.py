@@ -5,7 +5,7 @@
 Reads rows of the kernels CSV schema whose ``kernel`` is ``gdn recurrent decode`` or ``gdn chunked
 prefill`` and whose ``shape_or_size`` holds ``key=value`` sizes per GPU (``seqs new hk hv dk dv
 state_bytes``), as :mod:`validation.measure_linear_attention` writes them, and prices each with
-:func:`simcore.linear_attention.core_time_s`, the function the lowering calls for a hybrid model's
+:func:`simcore.models.linear_attention.core_time_s`, the function the lowering calls for a hybrid model's
 token mixer. Its two constants are fitted on grids, each on the rows of the regime it governs (median
 |log error|): the share of peak HBM bandwidth the delta-rule kernels reach (``GDN_HBM_EFFICIENCY``) on
 the decode rows (one memory-bound kernel), then the serial time per chunk of the chunked form's state
@@ -17,7 +17,7 @@ so) ``--hold-out-tp N`` fits on the other degrees and scores the degree-``N`` ro
 BF16 state are listed but neither fitted nor scored: fla's standalone kernels write an FP32 final state
 whatever the input's dtype, while serving runtimes update the state in place at its own dtype, so such a
 timing is not the served kernel's. (The timing script's ``causal conv1d update`` rows are not read:
-fla's own update kernel, where vLLM and SGLang ship their own.) Sets nothing (the constants live in ``simcore/linear_attention.py``);
+fla's own update kernel, where vLLM and SGLang ship their own.) Sets nothing (the constants live in ``simcore/models/linear_attention.py``);
 ends with one JSON line. Bad input (missing file or column, no usable rows, unknown GPU): one line, exit 2.
 """
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore import linear_attention as gdn
-from simcore.hardware import get_gpu
+from simcore.models import linear_attention as gdn
+from simcore.hardware.gpus import get_gpu
 from validation import jsonline
 from validation.split import split_of
 from validation.studies.common import read_csv

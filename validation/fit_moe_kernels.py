@@ -13,7 +13,7 @@ token count ``M``; the pull requests that add tuned configs publish those prints
 and how ``E`` and ``N`` map to the model). The cost model prices such a call as the lowering prices a MoE
 layer's experts: ``M x topk`` token copies routed uniformly over ``E`` experts (the scripts draw random
 gating logits, so routing is near-uniform), two grouped GEMMs (``2N x K`` then ``K x N`` per expert) by
-:func:`simcore.lowering.expert_gemm_s`; rows with ``M >= --min-tokens`` (512 by default) count. The
+:func:`simcore.cost.lowering.expert_gemm_s`; rows with ``M >= --min-tokens`` (512 by default) count. The
 calls' small kernels (routing, alignment, activation, sum) are not priced: a few microseconds each, next
 to hundreds at these sizes.
 
@@ -21,7 +21,7 @@ to hundreds at these sizes.
 The rows are this project's own H100 timings of that kernel family, ``torch._grouped_mm`` (CUTLASS's sm90
 grouped GEMM; ``python -m validation.measure_moe``, kernels schema, ``validation/data/
 kernels_h100_moe_measured.csv``): ``b`` experts of ``m`` tokens each, one grouped GEMM, priced by
-:func:`~simcore.lowering.expert_gemm_s` directly; BF16 rows with ``m >= --min-tokens`` (128 by default,
+:func:`~simcore.cost.lowering.expert_gemm_s` directly; BF16 rows with ``m >= --min-tokens`` (128 by default,
 the prefill regime) count. The FP8 rows (``torch._scaled_grouped_mm``, row-wise scales) are not used:
 that path runs a 512-token group slower than a 2,048-token one on several shapes, a kernel-selection
 artefact of PyTorch's rather than a property of CUTLASS's FP8 grouped GEMM.
@@ -61,8 +61,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.hardware import get_gpu
-from simcore.lowering import expert_gemm_s, routed_experts
+from simcore.hardware.gpus import get_gpu
+from simcore.cost.lowering import expert_gemm_s, routed_experts
 from simcore.serving import get_runtime
 from validation import jsonline
 from validation.measure_h100 import HARDWARE

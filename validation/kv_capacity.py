@@ -22,7 +22,7 @@ the runtime's default, :func:`validation.studies.serving.kv_dtype.kv_cache_preci
 degrees, the memory fraction (blank: the runtime's default) and the token budget. Each row is priced as
 the serving study prices a row of that runtime, model and layout, and the tool prints, per row and by
 runtime and GPU, the simulated against the logged KV tokens, KV GiB and weights GiB (the weights per GPU
-of :func:`simcore.memory.memory_per_gpu_bytes` at a one-token step, within a few MiB of the weights
+of :func:`simcore.cost.memory.memory_per_gpu_bytes` at a one-token step, within a few MiB of the weights
 alone). A vLLM row's MXFP4 experts on Hopper are held padded to Marlin's tiles, as the study holds them
 (:func:`validation.studies.serving.moe_backend.vllm_mxfp4_padding`, chosen on these fit rows' weights).
 A row the tool cannot price (a model without a preset, a layout the strategy refuses) is listed
@@ -47,9 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import memory_per_gpu_bytes
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import memory_per_gpu_bytes
 from simcore.models import get_model
 from simcore.serving import get_runtime, runtime_strategy
 from simcore.serving.kvcache import kv_bytes_per_token, kv_capacity_tokens

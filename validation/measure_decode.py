@@ -2,7 +2,7 @@
 
 ``python -m validation.measure_decode --out PATH [--models a,b]``  (needs torch with CUDA)
 
-Builds the decoder of a shipped ``simcore/model_configs/<name>.json`` (dense Llama-family models that fit
+Builds the decoder of a shipped ``simcore/models/configs/<name>.json`` (dense Llama-family models that fit
 one GPU in BF16) with random weights and times, with CUDA graphs (no Python or scheduler cost between
 kernels), one decode step (``batch`` sequences, one new token each over a KV cache of ``input_len``
 tokens) and one prefill (``batch`` prompts of ``input_len`` tokens, causal). Each layer is what a

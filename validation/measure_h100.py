@@ -28,7 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from simcore.apps.common import atomic_write_text
+from planner.apps.common import atomic_write_text
 from validation import jsonline
 
 __all__ = ["main"]

@@ -3,7 +3,7 @@
 ``python -m validation.measure_linear_attention --out PATH [--models a,b] [--tp 1 2 4 8]``
 (needs torch with CUDA and ``fla-core``, the kernels of flash-linear-attention: ``pip install fla-core``)
 
-Qwen3-Next and Qwen3.5 mix softmax attention with Gated DeltaNet layers (:mod:`simcore.linear_attention`),
+Qwen3-Next and Qwen3.5 mix softmax attention with Gated DeltaNet layers (:mod:`simcore.models.linear_attention`),
 and vLLM and SGLang serve those layers with flash-linear-attention's Triton kernels (both vendor copies of
 ``fla.ops.gated_delta_rule``). The simulator prices them by counting FLOPs and HBM bytes at the fused
 attention rate, an assumption no timing had checked. This times the kernels themselves, at the per-GPU
@@ -28,7 +28,7 @@ import argparse
 import statistics
 import sys
 
-from simcore.linear_attention import conv_channels
+from simcore.models.linear_attention import conv_channels
 from simcore.models import get_model
 from validation import jsonline
 from validation.measure_h100 import FIELDS, capture_graph, kernel_args, source, write_rows

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.apps.common import atomic_write_text
+from planner.apps.common import atomic_write_text
 from validation import jsonline
 
 __all__ = ["SCENARIOS", "MORE", "TARGET", "regret", "run_scenario", "main"]
@@ -54,7 +54,8 @@ def _fingerprint(cfg) -> str:
 
 def _simulator(ctx, cfg):
     from planner.megatron import strategy_from_key
-    from simcore.config import build_engine_config, build_graph
+    from simcore.config import build_engine_config
+    from topologies.scenario import build_graph
     from simcore.engine import simulate
 
     graph, engine = build_graph(cfg.topology, cfg.hardware), build_engine_config(cfg.sim)
@@ -74,8 +75,9 @@ def run_scenario(name: str, pool: int, k: int, budget: int, out: Path, verbose: 
     from planner.megatron import strategy_from_key
     from planner.simloop import SimMemo, plan_features, sim_in_the_loop
     from planner.topk import top_k
-    from simcore.config import build_context, build_space
-    from simcore.proxy import evaluate
+    from simcore.config import build_space
+    from topologies.scenario import build_context
+    from simcore.cost.proxy import evaluate
     from validation.scenarios import scenario_config, scenario_context
 
     cfg = scenario_config(name, list(overrides))

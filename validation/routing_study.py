@@ -2,7 +2,7 @@
 
 ``python -m validation.routing_study`` builds ``ib_fattree`` (8 HGX H100 nodes, 2 per leaf: 4 leaves,
 4 spines; leaf uplinks = downlinks / oversubscription) and runs three NCCL-style collectives through
-:func:`simcore.collectives.flows.run_collective` on a :class:`simcore.network.FlowNetwork` with
+:func:`simcore.collectives.flows.run_collective` on a :class:`simcore.network.flownet.FlowNetwork` with
 derated links, under
 
 * ``ecmp``: every flow (each ring channel, each queue pair) hashed onto a spine by a seeded CRC32 of
@@ -27,7 +27,7 @@ import simpy
 from simcore.collectives import DEFAULT, Fabric
 from simcore.collectives.flows import run_collective
 from simcore.collectives.pipeline import nccl_link_efficiency
-from simcore.network import FlowNetwork
+from simcore.network.flownet import FlowNetwork
 from topologies import gpu_nodes, ib_fattree
 from validation import jsonline
 

@@ -17,7 +17,7 @@ def scenario_config(name: str, overrides: list[str] | None = None):
     """The composed ``shard-search`` config of a scenario (``experiment=<name>``)."""
     from hydra import compose, initialize_config_module
 
-    from planner.config import register
+    from planner.apps.search import register
 
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; choose one of: {', '.join(SCENARIOS)}")
@@ -31,7 +31,7 @@ def planner_config(method: str, overrides: list[str] | None = None):
     over :class:`planner.config.PlannerConfig`'s schema), so a study searches with the settings users get."""
     from hydra import compose, initialize_config_module
 
-    from planner.config import register
+    from planner.apps.search import register
 
     register()
     with _outside_hydra(), initialize_config_module(config_module="conf", version_base=None):
@@ -56,7 +56,7 @@ def _outside_hydra():
 
 @cache
 def scenario_context(name: str):
-    from simcore.config import build_context
+    from topologies.scenario import build_context
 
     cfg = scenario_config(name)
     return build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)

@@ -34,9 +34,9 @@ from dataclasses import dataclass, replace
 from omegaconf import OmegaConf
 
 from planner.serving import search_plans
-from simcore.apps.serving import ServingSearchConfig
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from planner.serving.config import ServingSearchConfig
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import RUNTIMES, LengthDist, ServingConfig, simulate_serving
 from simcore.workload import Workload

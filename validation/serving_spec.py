@@ -67,8 +67,8 @@ def _one(args):
 def decode_speedup(model: str, hardware: str, tp: int, runtime: str, batch: int, spec_tokens: int) -> float:
     """Plain decode step time over speculative step time per token kept, one step of ``batch`` sequences
     at :data:`CONTEXT` tokens, each step at least its host time (the runtimes overlap it)."""
-    from simcore.cluster import Cluster
-    from simcore.lowering import CostContext
+    from simcore.cost.cluster import Cluster
+    from simcore.cost.lowering import CostContext
     from simcore.models import get_model
     from simcore.serving import GroupBatch, StepCost, runtime_strategy
     from simcore.workload import Workload

@@ -2,7 +2,7 @@
 
 ``python -m validation.sparse_attention_layouts [--isl N] [--osl N] [--clients N]``: DeepSeek-V3 and
 DeepSeek-V3.2 (the same model but for V3.2's lightning indexer and top-2048 attention,
-:mod:`simcore.sparse_attention`) on 8 H200, SGLang's profile, BF16 KV, a closed loop of ``--clients``
+:mod:`simcore.models.sparse_attention`) on 8 H200, SGLang's profile, BF16 KV, a closed loop of ``--clients``
 clients at ``--isl`` / ``--osl`` tokens, under two layouts of the same 8 GPUs: attention TP 8 (16 query
 heads per GPU, which FlashMLA's sparse prefill runs padded to its 64-head tile on Hopper) and attention
 DP 8 with 8-way expert parallelism (all 128 heads on each GPU: no padding). Prints mean TTFT and TPOT per
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.models import get_model
 from simcore.serving import LengthDist, ServingConfig, ServingPlan, simulate_serving
-from simcore.strategy import megatron_strategy
+from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
 from validation import jsonline
 from validation.measure_moe import count

@@ -10,15 +10,14 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
-from simcore.apps.common import atomic_save_figure, atomic_write_text
-from simcore.memory import reason_names
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS
-from simcore.strategy import Strategy, megatron_sharding
-
 from planner.actions import OUTSIDE_SPACE
+from planner.apps.common import atomic_save_figure, atomic_write_text
 from planner.megatron import full_keys
 from planner.rerank import Reranked
 from planner.runner import SearchResult
+from simcore.cost.memory import reason_names
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
+from simcore.strategy.sharding import Strategy, megatron_sharding
 
 __all__ = ["write_candidates", "write_metrics", "plot_curve", "rerank_table", "sharding_diff"]
 

@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
 import numpy as np
 import yaml
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from planner.apps.outputs import plot_curve, rerank_table, write_candidates, write_metrics
-from planner.checkpoint import StopRequest
-from planner.config import SearchAppConfig, check_planner, register
-from planner.exact import exact_optimum
-from planner.megatron import megatron_search, strategy_from_key
-from planner.rerank import make_reranker, rerank_search
-from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
-from simcore.apps.common import (
+from planner.apps.common import (
     atomic_write_json,
     atomic_write_text,
     check_known_keys,
@@ -38,14 +33,48 @@ from simcore.apps.common import (
     run_dir,
     typed_keys,
 )
-from simcore.apps.serving import is_serving
-from simcore.apps.unread import check_typed_keys
-from simcore.config import ConfigError, build_context, build_engine_config, build_graph, build_space
+from planner.apps.outputs import plot_curve, rerank_table, write_candidates, write_metrics
+from planner.apps.unread import check_typed_keys
+from planner.checkpoint import StopRequest
+from planner.config import PlannerConfig, check_planner
+from planner.exact import exact_optimum
+from planner.megatron import megatron_search, strategy_from_key
+from planner.rerank import make_reranker, rerank_search
+from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
+from planner.serving.config import ServingAppConfig, is_serving
+from simcore.config import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    SimConfig,
+    TopologyConfig,
+    WorkloadConfig,
+    build_engine_config,
+    build_space,
+)
+from simcore.cost.proxy import evaluate
 from simcore.models import model_summary
-from simcore.opgraph import SEARCHABLE_OPS, op_applies
-from simcore.proxy import evaluate
+from simcore.strategy.opgraph import SEARCHABLE_OPS, op_applies
+from topologies.scenario import build_context, build_graph
 
-__all__ = ["run", "main"]
+__all__ = ["SearchAppConfig", "register", "run", "main"]
+
+
+@dataclass
+class SearchAppConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    topology: TopologyConfig = field(default_factory=TopologyConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    serving: ServingAppConfig = field(default_factory=ServingAppConfig)  # read when workload=serving
+    scenario: str = "custom"
+    seed: int = 0
+
+
+def register() -> None:
+    ConfigStore.instance().store(name="search_schema", node=SearchAppConfig)
 
 
 def _search(ctx, space, cfg, out: Path, config: dict, resume: bool) -> SearchResult:
@@ -99,7 +128,7 @@ def run(cfg: DictConfig) -> dict:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # numpy's and torch's generators' seeds
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     if is_serving(cfg):
-        from planner.serving import run_serving_search
+        from planner.apps.serving_search import run_serving_search
 
         return run_serving_search(cfg)
     check_planner(cfg.planner)

@@ -44,11 +44,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.serving import Pool, ServingConfig, ServingPlan, runtime_strategy
-from simcore.serving.step_cost import StepCost
-
 from planner.serving.poolwise import DecodeScreen, Screened, closed_screened_ttft, prefill_option
 from planner.serving.space import MODE_VALUES, ServingSpace
+from simcore.serving import Pool, ServingConfig, ServingPlan, runtime_strategy
+from simcore.serving.step_cost import StepCost
 
 __all__ = ["DecodePick", "screened_decodes", "screen_decodes", "aggregated_seeds"]
 

@@ -29,12 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.serving import ServingConfig, ServingPlan, ServingResult, simulate_serving
-
 from planner.evaluator import Outcome
 from planner.serving.agg_seeds import aggregated_seeds, screen_decodes, screened_decodes
 from planner.serving.poolwise import screen_plans
 from planner.serving.space import MODE_VALUES, ServingSpace
+from simcore.serving import ServingConfig, ServingPlan, ServingResult, simulate_serving
 
 __all__ = ["ServingEvaluator", "Record", "slo_miss"]
 

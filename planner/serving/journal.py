@@ -20,9 +20,8 @@ import os
 import pickle
 from pathlib import Path
 
-from simcore.apps.common import UserError
-
 from planner.checkpoint import config_difference
+from planner.errors import UserError
 
 __all__ = ["JOURNAL_NAME", "SimJournal"]
 

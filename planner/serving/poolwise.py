@@ -43,11 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.serving.space import MODE_VALUES, ServingSpace
 from simcore.serving import Pool, ServingConfig, ServingPlan, runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.serving.step_cost import GroupBatch, StepCost
-
-from planner.serving.space import MODE_VALUES, ServingSpace
 
 __all__ = ["pool_seeds", "screen_plans", "Screened", "prefill_option", "closed_screened_ttft", "PrefillOption", "DecodeOption", "DecodeScreen", "screen_prefill", "prefill_ttft",
            "first_wave_ttft", "closed_loop_ttft"]

@@ -18,7 +18,7 @@ a value must divide the pool's ``tp`` and leave the ``ep x moe_ep`` expert ranks
 experts); otherwise every pool shards its experts by TP (moe_ep 1).
 
 Masks are conditional, head by head (as in :mod:`planner.actions`): a worker layout ``(tp, ep, pp)`` must
-pass the structural checks of :func:`simcore.memory.structural_reasons` (heads and features divide,
+pass the structural checks of :func:`simcore.cost.memory.structural_reasons` (heads and features divide,
 EP within the experts, no group straddling NVLink domains) and its weights must leave a KV cache that
 holds one request (:func:`simcore.serving.kvcache.kv_capacity_tokens`, a memory-model call per
 layout, cheap beside a simulation); the GPUs of both pools must fit the cluster; an aggregated plan's
@@ -38,15 +38,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import bit, structural_reasons
-from simcore.opgraph import SEARCHABLE_OPS, choice_code
+from planner.actions import ActionSpace, Head
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import bit, structural_reasons
 from simcore.serving import Pool, ServingPlan, runtime_sharding, runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.serving.runtime import RuntimeProfile
-from simcore.space import powers_of_two
-
-from planner.actions import ActionSpace, Head
+from simcore.space.bounds import powers_of_two
+from simcore.strategy.opgraph import SEARCHABLE_OPS, choice_code
 
 __all__ = ["ServingSpace", "HEADS", "WORKER_COUNTS"]
 

@@ -14,7 +14,7 @@ import functools
 import math
 from dataclasses import dataclass
 
-from simcore.hardware import GpuSpec, get_gpu
+from simcore.hardware.gpus import GpuSpec, get_gpu
 
 __all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "FABRICS", "ARCHITECTURES",
            "NcclConstants", "Fabric", "DEFAULT", "check_fabric"]
@@ -277,7 +277,7 @@ class Fabric:
 
     @classmethod
     def from_topology(cls, graph) -> Fabric:
-        """The fabric a topology graph describes (see :mod:`topologies.graph`).
+        """The fabric a topology graph describes (see :mod:`simcore.network.cluster_graph`).
 
         Reads graph attributes ``gpu`` (catalog name), ``nvlink_domain_size`` and, when present,
         ``nvlink_bandwidth_bytes_per_s`` / ``nic_bandwidth_bytes_per_s`` / ``nvls``; otherwise the

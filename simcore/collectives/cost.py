@@ -5,7 +5,7 @@ This is the one formula the fast proxy uses and the flow simulator reproduces on
 ``reduce_scatter`` = total input, ``all_to_all`` = per-rank buffer, ``all_reduce`` = buffer,
 ``send_recv`` = bytes sent. See :mod:`simcore.collectives.formulas` for the per-entry formulas.
 
->>> from simcore.hardware import get_gpu
+>>> from simcore.hardware.gpus import get_gpu
 >>> fab = Fabric.from_gpu(get_gpu("h100-sxm"))
 >>> select("all_reduce", 2**30, 8, 8, fab)[0].item()
 'nvls'

@@ -1,4 +1,4 @@
-"""Collectives executed as flows on a :class:`simcore.network.FlowNetwork` (the simulator's side).
+"""Collectives executed as flows on a :class:`simcore.network.flownet.FlowNetwork` (the simulator's side).
 
 Each (algorithm, protocol) entry runs as phases. A phase waits its latency (a SimPy timeout, less the
 network's own path latency: NCCL's latency term already contains the wire), then starts its flows
@@ -46,7 +46,7 @@ from collections import defaultdict
 
 import simpy
 
-from simcore.chainset import ChainSet
+from simcore.network.chainset import ChainSet
 from simcore.collectives.constants import DEFAULT, Fabric, NcclConstants
 from simcore.collectives.cost import candidates, make_shape
 from simcore.collectives.formulas import PROTO_INDEX, EntryCost, Shape, entry_cost, hierarchical_phases, p2p_bandwidths
@@ -158,7 +158,7 @@ Program = list[tuple[float, list[ChainSet], float, float]]
 def _compile(network, phases: list[Phase], proto: str) -> Program:
     """Phases as [(wait_s, groups, fill ratio, path_s)]: each wait is the phase latency minus the network's
     longest path latency ``path_s`` among its flows; equal-size flows of a set share one group (a
-    :class:`~simcore.chainset.ChainSet`, checked once however often the program runs); sizes and caps are
+    :class:`~simcore.network.chainset.ChainSet`, checked once however often the program runs); sizes and caps are
     wire bytes (:data:`~simcore.collectives.pipeline.WIRE_FACTOR`)."""
     wire = WIRE_FACTOR[proto]
     program: Program = []
@@ -277,7 +277,7 @@ def simulate_collective(graph, collective: str, size_bytes: float, ranks: list[s
     """Time (s) of one collective over ``ranks`` on a fresh idle network (links derated by
     :func:`~simcore.collectives.pipeline.nccl_link_efficiency`), with optional concurrent groups running
     the same collective at the same time (the result is when the last group finishes)."""
-    from simcore.network import FlowNetwork
+    from simcore.network.flownet import FlowNetwork
 
     env = simpy.Environment()
     efficiency = nccl_link_efficiency(graph, constants, Fabric.from_topology(graph))

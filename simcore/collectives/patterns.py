@@ -1,7 +1,7 @@
 """Traffic patterns of the flow-level collectives on a topology graph: which GPUs exchange what, as flows.
 
 A flow is ``(legs, payload bytes, ECMP flow key)``: its legs move at one rate (a pipelined NCCL ring or
-tree channel, a PXN hop pair), see :meth:`simcore.network.FlowNetwork.transfer_chains`. The patterns are
+tree channel, a PXN hop pair), see :meth:`simcore.network.flownet.FlowNetwork.transfer_chains`. The patterns are
 described in :mod:`simcore.collectives.flows`.
 """
 
@@ -123,7 +123,7 @@ class Plan:
         Its ECMP key is the source's rank: each (src, dst) pair is its own queue pair, also when
         several sources share a relay."""
         gs, gd = self.graph.nodes[src], self.graph.nodes[dst]
-        key = int(src[3:])  # GPU nodes are gpu<rank> (topologies.graph)
+        key = int(src[3:])  # GPU nodes are gpu<rank> (simcore.network.cluster_graph)
         if gs.get("domain", gs["node"]) == gd.get("domain", gd["node"]) or gs["local"] == gd["local"]:
             return (((src, dst),), size, key)
         relay = self._gpu_at(gs["node"], gd["local"])

@@ -15,7 +15,7 @@ Sources (NVIDIA/nccl, ``src/include/device.h``, ``src/init.cc``, ``src/graph/sea
 
 Rendering: a ring or tree channel is a pipeline over its edges with finite slots, so every edge moves
 at the rate of the slowest link; the network runs it as one flow over all its links
-(:meth:`simcore.network.FlowNetwork.transfer_chains`). :func:`ring_channel_reference` simulates one
+(:meth:`simcore.network.flownet.FlowNetwork.transfer_chains`). :func:`ring_channel_reference` simulates one
 channel chunk by chunk; the test suite checks the fluid chain equals it.
 """
 
@@ -41,7 +41,7 @@ _NETWORK_KINDS = frozenset({"nic", "leaf", "spine"})
 
 
 def nccl_link_efficiency(graph, constants: NcclConstants, fabric=None) -> Callable[[str, str, dict], float]:
-    """Per-link derating for :class:`~simcore.network.FlowNetwork`: a link that touches a NIC or an
+    """Per-link derating for :class:`~simcore.network.flownet.FlowNetwork`: a link that touches a NIC or an
     InfiniBand switch carries ``nic_efficiency`` of its rate (NDR: 46-48 of 50 GB/s), any other
     (NVLink: GPU <-> NVSwitch, GPU <-> GPU) ``nvlink_efficiency`` (what NCCL's ring channels reach
     on H100). The same fractions are the proxy's bandwidths, so an idle link-bound collective takes

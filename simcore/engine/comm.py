@@ -7,10 +7,10 @@ from __future__ import annotations
 import simpy
 
 from simcore.collectives.flows import collective_channels, compile_collective, run_compiled
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from simcore.engine.contention import flow_links
-from simcore.engine.deepep import run_exchange
-from simcore.engine.placement import Placement
+from simcore.engine.deepep_exchange import run_exchange
+from simcore.engine.rank_placement import Placement
 from simcore.engine.program import Op
 
 __all__ = ["AnalyticComm", "FlowComm"]
@@ -35,10 +35,10 @@ class AnalyticComm:
 
 class FlowComm:
     """Contention on: the op runs on every concurrent communicator of its stage (all TP groups, all
-    EP groups, every replica) as NCCL-shaped flows on one shared :class:`~simcore.network.FlowNetwork`.
+    EP groups, every replica) as NCCL-shaped flows on one shared :class:`~simcore.network.flownet.FlowNetwork`.
     On an idle fabric a collective takes its analytic cost (``tests/test_collectives.py``); sharing
     links with other collectives slows it down. ``exchanges``
-    (:class:`~simcore.engine.deepep.FoldedExchanges`) runs the MoE exchanges the lowering priced as
+    (:class:`~simcore.engine.deepep_exchange.FoldedExchanges`) runs the MoE exchanges the lowering priced as
     DeepEP's kernels as DeepEP's traffic (their pairs may also take their own routes: ``direct_kinds``)."""
 
     def __init__(self, network, placement: Placement, constants=None, fabric=None, representative: bool = True,

@@ -16,7 +16,7 @@ def flow_links(graph, network, ranks: list[str], direct: bool = False) -> set:
     """Every link a flow among ``ranks`` may use (a superset of the real flows): each pair's route
     within a domain or along one rail, else the NVLink-then-rail detour NCCL's PXN takes between rails;
     ``direct``: every pair's own route too (DeepEP's low-latency kernels write straight across rails,
-    :mod:`simcore.engine.deepep`)."""
+    :mod:`simcore.engine.deepep_exchange`)."""
     links: set = set()
     for a in ranks:
         for b in ranks:

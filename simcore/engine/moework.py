@@ -3,7 +3,7 @@ ranks exchanges, and each rank's own program.
 
 :func:`rank_work` is the one place the engine asks how tokens are routed: :mod:`simcore.moe`'s
 ``draw_routing`` (per MoE layer and decode step, with the plan's redundant experts) when it exists;
-otherwise :func:`simcore.engine.routing.rank_loads` gives every rank its load and every sender
+otherwise :func:`simcore.engine.rank_loads.rank_loads` gives every rank its load and every sender
 spreads its token copies over the receivers in proportion to their loads.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.lowering import StrategyArrays, lower
-from simcore.strategy import Strategy
+from simcore.cost.lowering import StrategyArrays, lower
+from simcore.strategy.sharding import Strategy
 from simcore.engine.program import StageProgram, build_programs
-from simcore.engine.routing import rank_loads
+from simcore.engine.rank_loads import rank_loads
 
 __all__ = ["RankWork", "rank_work", "tokens_per_rank", "RankPrograms"]
 
@@ -77,7 +77,7 @@ class RankPrograms:
         self._programs: dict[tuple, list[StageProgram]] = {}
         self.step_dependent = _draw_routing() is not None
         # program layer (as build_programs numbers them: per stage, dense then MoE) -> MoE layer index
-        from simcore.memory import stage_layers
+        from simcore.cost.memory import stage_layers
 
         dense, moe, _ = stage_layers(ctx.model, self._arrays.pp)
         self._moe_index: dict[int, int] = {}

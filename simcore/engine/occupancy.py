@@ -26,7 +26,7 @@ def _link_bytes(graph, collective: str, size_bytes: float, ranks: tuple[str, ...
     cache = _CACHE.setdefault(graph, {})
     key = (collective, size_bytes, ranks, seed, constants)
     if key not in cache:
-        from simcore.network import FlowNetwork
+        from simcore.network.flownet import FlowNetwork
 
         env = simpy.Environment()
         net = FlowNetwork(env, graph, seed=seed)

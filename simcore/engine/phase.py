@@ -14,21 +14,22 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from simcore.lowering import CostContext
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext
+from simcore.network import FlowNetwork, gpu_nodes
+from simcore.strategy.sharding import Strategy
 from simcore.engine.alltoallv import pxn_relay
 from simcore.engine.comm import AnalyticComm, FlowComm
 from simcore.engine.contention import all_groups, contention_flags, direct_kinds
-from simcore.engine.deepep import FoldedExchanges, deepep_mode
+from simcore.engine.deepep_exchange import FoldedExchanges, deepep_mode
 from simcore.engine.executor import Executor
 from simcore.engine.lane_executor import LaneExecutor
 from simcore.engine.lanes import Lane, build_lanes, merged_axes, symmetric_axes
 from simcore.engine.moework import RankPrograms, tokens_per_rank
 from simcore.engine.pergpu import LaneComm
-from simcore.engine.placement import Placement
+from simcore.engine.rank_placement import Placement
 from simcore.engine.pricing import reprice_programs
 from simcore.engine.program import build_programs
-from simcore.engine.routing import rank_loads
+from simcore.engine.rank_loads import rank_loads
 
 __all__ = ["Phase", "choose_mode", "run_folded", "run_per_gpu", "placement_of"]
 
@@ -48,14 +49,10 @@ class Phase:
 
 
 def placement_of(graph, s: Strategy, rule: str) -> Placement:
-    from topologies import gpu_nodes
-
     return Placement(s, gpu_nodes(graph), int(graph.graph["gpus_per_node"]), rule)
 
 
 def _network(env, graph, cfg, record: bool):
-    from simcore.network import FlowNetwork
-
     return FlowNetwork(env, graph, seed=cfg.seed, record=record)
 
 

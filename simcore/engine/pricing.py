@@ -1,7 +1,7 @@
 """Idle-fabric prices of collectives for the GPUs a communicator actually occupies.
 
 The lowering prices a collective for packed placement (its communicator laid out on consecutive
-GPUs, :func:`simcore.cluster.group_ranks_per_domain`). A communicator of another placement (``spread``
+GPUs, :func:`simcore.cost.cluster.group_ranks_per_domain`). A communicator of another placement (``spread``
 deals ranks over nodes) spans other NVLink domains and its idle-fabric cost differs; an op that skips
 the flow solver must take the cost of its real communicator, never the packed one. These are the same
 formulas (:func:`simcore.collectives.collective_time_s`), fed the communicator's own shape.
@@ -13,7 +13,7 @@ import dataclasses
 import functools
 
 from simcore.collectives import collective_time_s
-from simcore.engine.deepep import deepep_mode
+from simcore.engine.deepep_exchange import deepep_mode
 from simcore.engine.program import StageProgram
 
 __all__ = ["group_shape", "idle_cost_s", "packed_shape", "reprice_programs"]
@@ -52,7 +52,7 @@ def reprice_programs(ctx, programs: list[StageProgram], placement, graph, exchan
     fabric. A stage whose communicators of one kind differ in shape takes the slowest (a folded
     stage waits for all of them). Ops whose communicators have the lowering's packed shape keep
     their cost untouched (bit for bit). An MoE exchange the lowering priced as DeepEP's kernels
-    takes DeepEP's price on its communicators (``exchanges``: :class:`~simcore.engine.deepep.FoldedExchanges`)."""
+    takes DeepEP's price on its communicators (``exchanges``: :class:`~simcore.engine.deepep_exchange.FoldedExchanges`)."""
     shapes: dict[tuple[str, int], set[tuple[int, int]]] = {}
     out = []
     for prog in programs:
@@ -76,7 +76,7 @@ def reprice_programs(ctx, programs: list[StageProgram], placement, graph, exchan
 
 def packed_shape(ctx, s, group: str) -> tuple[int, int]:
     """The communicator shape the lowering priced (see ``_Lowerer.rpd``)."""
-    from simcore.cluster import group_ranks_per_domain
+    from simcore.cost.cluster import group_ranks_per_domain
 
     domain = ctx.cluster.nvlink_domain_size
     if group == "tp":

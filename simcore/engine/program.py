@@ -1,6 +1,6 @@
 """Stage programs: what the GPUs of one pipeline stage run for one microbatch, in order.
 
-A program is the lowered tasks (:mod:`simcore.lowering`, the same ones the proxy sums) laid out
+A program is the lowered tasks (:mod:`simcore.cost.lowering`, the same ones the proxy sums) laid out
 layer by layer: the embedding on the first stage, the stage's dense then MoE layers, the LM head
 on the last stage, and the send to the next stage. All GPUs of a stage run the same program (its
 ``tp * ep`` GPUs in every replica), which is what lets the simulator run one representative
@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simcore.lowering import CostContext, StrategyArrays, Task, lower
-from simcore.memory import stage_layers
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext, StrategyArrays, Task, lower
+from simcore.cost.memory import stage_layers
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["Op", "StageProgram", "build_programs"]
 
@@ -37,8 +37,7 @@ class Op:
 
     @classmethod
     def from_task(cls, task: Task, layer: int) -> Op:
-        from simcore import layout as L
-
+        from simcore.strategy import layout as L
         code = int(task.extra.get("collective", [0])[0]) if task.is_comm else 0
         return cls(task.name, task.op, layer, task.is_comm, float(task.time_s[0]) * task.count,
                    L.COLLECTIVE_NAMES[code] if task.is_comm else "", task.group,
@@ -87,7 +86,7 @@ def build_programs(ctx: CostContext, strategy: Strategy, phase: str, context_len
 
 
 def _launch_bound(ops: list[Op], kernels: int, launch_s: float) -> list[Op]:
-    """Eager launches (:func:`simcore.host.launch_floor`): when the stage's ``kernels`` launches take
+    """Eager launches (:func:`simcore.cost.host.launch_floor`): when the stage's ``kernels`` launches take
     longer than its ops, its compute ops stretch so the stage takes exactly the launches' time."""
     total = sum(op.duration_s for op in ops)
     compute = sum(op.duration_s for op in ops if not op.is_comm)

@@ -14,7 +14,7 @@ class SimResult:
     """A simulated step. ``split[stage]`` breaks one step on each GPU of that stage into compute,
     exposed communication, bubble (waiting between its first and last op) and idle (before the
     first or after the last op) and host (what the host's time per step adds beyond the GPUs',
-    :mod:`simcore.host`); the five sum to ``step_time_s``."""
+    :mod:`simcore.cost.host`); the five sum to ``step_time_s``."""
 
     strategy: object
     valid: bool

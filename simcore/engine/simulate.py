@@ -4,7 +4,7 @@ The step is built from the same lowered tasks as the proxy (:mod:`simcore.engine
 on SimPy with compute and communication streams (:mod:`simcore.engine.executor`), and its
 collectives either take their idle-fabric cost (for the communicator's real placement) or run as
 flows on the cluster's network. With contention and overlap both off it reproduces the proxy.
-The host's time per step (:mod:`simcore.host`) is not a GPU task: each simulated step (a prefill
+The host's time per step (:mod:`simcore.cost.host`) is not a GPU task: each simulated step (a prefill
 pass, a decode period of every microbatch) takes ``step + host`` (synchronous runtime) or
 ``max(step, host)`` (overlapped), the proxy's closed form.
 
@@ -19,13 +19,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from simcore.host import with_host
-from simcore.lowering import CostContext
-from simcore.proxy import STATIC_SAMPLES, evaluate
-from simcore.strategy import Strategy
+from simcore.cost.host import with_host
+from simcore.cost.lowering import CostContext
+from simcore.cost.proxy import STATIC_SAMPLES, evaluate
+from simcore.strategy.sharding import Strategy
 from simcore.engine.phase import choose_mode, placement_of, run_folded, run_per_gpu
 from simcore.engine.result import SimResult, time_split
-from simcore.engine.routing import RoutingConfig
+from simcore.engine.rank_loads import RoutingConfig
 from simcore.engine.trace import chrome_trace
 
 __all__ = ["EngineConfig", "simulate", "MODES"]
@@ -79,7 +79,7 @@ def simulate(ctx: CostContext, graph, strategy: Strategy, cfg: EngineConfig | No
     mode, why, orbits = choose_mode(ctx, graph, strategy, cfg)
     result.mode, result.mode_reason = mode, why
 
-    def _step(run):  # the host's time, once per simulated step, beside the GPU's (simcore.host)
+    def _step(run):  # the host's time, once per simulated step, beside the GPU's (simcore.cost.host)
         return with_host(run.time_s, ctx.cluster.gpu.iteration_overhead_s, w.host_overlap)
 
     runs, step, ttft, tpot, tokens = _phases(ctx, graph, strategy, cfg, mode, orbits, _step)

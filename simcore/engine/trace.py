@@ -87,6 +87,6 @@ def _counters(events: list[dict], graph, utilization: dict, analytic: list, ctx,
 
 
 def write_trace(path: str | Path, trace: dict) -> Path:
-    from simcore.apps.common import atomic_write_text
+    from simcore.files import atomic_write_text
 
     return atomic_write_text(path, json.dumps(trace))

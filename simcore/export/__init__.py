@@ -19,8 +19,8 @@ import dataclasses
 import json
 
 from simcore.models import CONFIG_DIR, MODEL_NAMES, ModelSpec, get_model
-from simcore.opgraph import SEARCHABLE_OPS, op_applies
-from simcore.strategy import Strategy
+from simcore.strategy.opgraph import SEARCHABLE_OPS, op_applies
+from simcore.strategy.sharding import Strategy
 from simcore.export.result import ExportResult, Gap, Pricing, gap_lines, relative_change
 from simcore.export.targets import MAPPERS, VERSIONS, Deployment, Mapping
 
@@ -87,7 +87,7 @@ def _apply(strategy: Strategy, gaps: list[Gap], mapping: Mapping) -> Strategy:
 
 
 def _price(ctx, graph, engine, strategy, gaps, mapping, plan_sim) -> tuple[list[Gap], Pricing]:
-    from simcore.proxy import evaluate
+    from simcore.cost.proxy import evaluate
 
     plan = evaluate(ctx, strategy)
     priced = []
@@ -112,7 +112,7 @@ def export_plan(strategy: Strategy, model: ModelSpec | str, target: str, *, ctx=
                 precision: str | None = None, plan_sim: float | None = None) -> ExportResult:
     """Launch flags of ``target`` (one of :data:`TARGETS`) for ``strategy``, with the gaps listed.
 
-    ``ctx`` (a :class:`~simcore.lowering.CostContext`) prices the gaps with the proxy; ``graph`` (and
+    ``ctx`` (a :class:`~simcore.cost.lowering.CostContext`) prices the gaps with the proxy; ``graph`` (and
     ``engine``) add the simulator; ``plan_sim`` reuses an already simulated plan throughput.
     ``gpus_per_node`` defaults to the graph's, ``precision`` to the scenario's workload.
     """

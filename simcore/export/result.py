@@ -11,7 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from simcore.strategy import Strategy
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["Gap", "Pricing", "ExportResult", "quote", "gap_lines", "relative_change"]
 

@@ -1,6 +1,6 @@
 """How vLLM, SGLang and Megatron-LM express a strategy: launch flags, and what each one runs per operator.
 
-Our strategy (see :mod:`simcore.strategy`): a pipeline stage is ``tp * ep`` GPUs in ``ep`` attention
+Our strategy (see :mod:`simcore.strategy.sharding`): a pipeline stage is ``tp * ep`` GPUs in ``ep`` attention
 groups of ``tp`` consecutive GPUs (DP-attention); routed experts are split ``ep`` ways across the
 groups (the EP group strides by ``tp``) and sharded over each group's ``tp`` GPUs (``dim1``/``dim0``)
 or replicated on them; ``dp`` replicas are independent. Each mapper returns a :class:`Mapping` whose
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simcore.memory import stage_layers
+from simcore.cost.memory import stage_layers
 from simcore.models import ModelSpec
-from simcore.strategy import Strategy, megatron_sharding
+from simcore.strategy.sharding import Strategy, megatron_sharding
 
 __all__ = ["Deployment", "Mapping", "VERSIONS", "MAPPERS", "partition"]
 

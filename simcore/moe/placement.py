@@ -1,7 +1,7 @@
 """Expert placement: which expert (or replica) sits in each slot of each expert-parallel rank.
 
 Every EP rank has ``slots_per_rank(E, ep, N) = ceil((E + N) / ep)`` expert slots; the memory model
-counts the same slots (:mod:`simcore.memory`).
+counts the same slots (:mod:`simcore.cost.memory`).
 
 - ``redundant = 0``: a static deployment, blind to load: the experts in their index order (which the
   routing law shuffles per layer), in balanced contiguous blocks (``E mod ep`` ranks get one more).

@@ -1,6 +1,6 @@
 """The paged KV cache of one attention group: how many tokens fit, and who holds which blocks.
 
-Capacity comes from the memory model (:func:`simcore.memory.memory_per_gpu_bytes`): the share of HBM
+Capacity comes from the memory model (:func:`simcore.cost.memory.memory_per_gpu_bytes`): the share of HBM
 the runtime may use (``RuntimeProfile.mem_fraction``, capped by the GPU's usable HBM), less the
 weights, the activations of the largest step (a step of ``max_num_batched_tokens`` tokens, probed
 through the same memory model) and what else the runtime holds (``RuntimeProfile.reserved_bytes``), divided
@@ -24,12 +24,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import memory_per_gpu_bytes, stage_layers
-from simcore.opgraph import DIM0, DIM1
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import memory_per_gpu_bytes, stage_layers
 from simcore.serving.requests import Request
 from simcore.serving.runtime import RuntimeProfile
+from simcore.strategy.opgraph import DIM0, DIM1
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["kv_capacity_tokens", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks", "KvCache",
            "sglang_mem_fraction"]

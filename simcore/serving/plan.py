@@ -1,7 +1,7 @@
 """A serving plan: one aggregated pool, a prefill pool and a decode pool (disaggregated), or one pool
 whose workers re-shard between a prefill and a decode layout (Seesaw, :mod:`.seesaw`).
 
-A pool is ``workers`` replicas of one :class:`~simcore.strategy.Strategy` (its ``tp``, ``ep`` and
+A pool is ``workers`` replicas of one :class:`~simcore.strategy.sharding.Strategy` (its ``tp``, ``ep`` and
 ``pp``; ``dp`` and ``batch`` are not used: ``workers`` replicates and ``max_num_seqs`` caps the running
 sequences of a worker). ``ep > 1`` means ``ep`` data-parallel attention groups whose experts are split
 ``ep`` ways (SGLang's ``--enable-dp-attention`` with ``--ep-size``, TensorRT-LLM's attention DP).
@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simcore.strategy import Strategy, megatron_sharding
 from simcore.serving.requests import ServingInputError
+from simcore.strategy.sharding import Strategy, megatron_sharding
 
 __all__ = ["Pool", "ServingPlan", "MODES", "HOST_KV_BYTES_PER_GPU", "runtime_sharding", "runtime_strategy",
            "check_expert_layout"]
@@ -51,11 +51,11 @@ def runtime_sharding() -> dict[str, str]:
     gate in ``qwen3_moe.py``, ``deepseek_v2.py`` and ``gpt_oss.py``, where the attention output's
     ``RowParallelLinear`` all-reduces and the experts' output is all-reduced once; SGLang's models the
     same; TensorRT-LLM's gate after its fused all-reduce and RMSNorm). An MoE layer then communicates as a
-    dense one: two all-reduces. :func:`~simcore.strategy.megatron_sharding`'s token-split router instead
+    dense one: two all-reduces. :func:`~simcore.strategy.sharding.megatron_sharding`'s token-split router instead
     reduce-scatters the attention output, then all-gathers it and the residual back for the experts: four
     collectives where the runtimes run two, each paying NCCL's latency at decode sizes.
 
-    The layout table (:mod:`simcore.opgraph`) has no replicated-in, replicated-out linear operator;
+    The layout table (:mod:`simcore.strategy.opgraph`) has no replicated-in, replicated-out linear operator;
     ``dim1`` takes the replicated input the runtimes give the gate and prices its GEMM at ``1/tp`` of
     the expert logits, a few microseconds either way.
     """

@@ -6,9 +6,9 @@ sharding of the same GPUs; each switch moves the bytes a GPU lacks under the new
 Going from layout A to layout B, GPU ``g`` receives
 ``R_g = sum_x b_x * (h_B(g,x) * f_B(x) - h_A(g,x) * h_B(g,x) * o(x))`` bytes, where ``x`` runs over the weight tensors (each layer's ``qkv``, ``out_proj``, MLP or router / shared / expert matrices,
 the embedding on the first stage, the LM head on the last) and each layer's KV of the resident tokens;
-``b_x`` is its bytes in all (the memory model's, :func:`simcore.memory.memory_per_gpu_bytes`);
+``b_x`` is its bytes in all (the memory model's, :func:`simcore.cost.memory.memory_per_gpu_bytes`);
 ``h_S(g,x) = 1`` when GPU ``g``'s stage under ``S`` (``g // (tp * ep)``, layers split as
-:func:`simcore.memory.stage_layers`) holds ``x``; ``f_S(x)`` the share one GPU holds (``1 / tp`` along a
+:func:`simcore.cost.memory.stage_layers`) holds ``x``; ``f_S(x)`` the share one GPU holds (``1 / tp`` along a
 sharded dimension, 1 replicated; routed experts also ``ceil((E + R) / ep) / E``; KV ``1 / min(tp,
 kv_heads)`` under head sharding, as :func:`~simcore.serving.kvcache.kv_bytes_per_token`); ``o(x)`` the
 share already in place: ``min(f_A, f_B)`` when both split the same dimension or either replicates
@@ -29,9 +29,9 @@ import math
 import numpy as np
 
 from simcore.collectives.constants import DEFAULT
-from simcore.lowering import CostContext
-from simcore.opgraph import DIM0, DIM1, REPLICATED, model_ops
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext
+from simcore.strategy.opgraph import DIM0, DIM1, REPLICATED, model_ops
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["reshard_bytes_per_gpu", "reshard_s", "fabric_bytes_per_s"]
 

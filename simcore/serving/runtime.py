@@ -83,7 +83,7 @@ A profile holds few physical numbers, each with its source:
 - ``moe_gemm_efficiency``: the runtime's grouped expert-GEMM kernel's tensor-core rate on its useful
   work (``2 m n k`` per expert) as a share of a dense GEMM's (``GpuSpec.gemm_efficiency``, fitted on
   cuBLAS/CUTLASS/DeepGEMM GEMMs): an expert GEMM takes at least that work at that rate
-  (:func:`simcore.lowering.expert_gemm_s`). At decode sizes the useful work is tiny and the weights'
+  (:func:`simcore.cost.lowering.expert_gemm_s`). At decode sizes the useful work is tiny and the weights'
   reads (or the padded tiles) set the time as before; a long prefill's experts are bound by it. vLLM and
   SGLang run MoE layers on Hopper through Triton's
   ``fused_moe`` (sorted-token gather, ``BLOCK_SIZE_M`` padding per expert, no warp specialization): the
@@ -148,7 +148,7 @@ A profile holds few physical numbers, each with its source:
   (:class:`~simcore.serving.scheduler.AttentionDpBalance`). InferenceX's DeepSeek-R1 runs with attention
   DP turn it on with 60 and 0 (``dsr1_fp8_h200_trt.sh``).
 - ``reserved_bytes``: device memory the runtime holds on each GPU beside the weights, the KV cache and the
-  activations of its largest forward step that :func:`simcore.memory.memory_per_gpu_bytes` prices: what
+  activations of its largest forward step that :func:`simcore.cost.memory.memory_per_gpu_bytes` prices: what
   its start-up memory profile counts on top of those (vLLM's dummy sampler run over ``max_num_seqs``
   sequences of the whole vocabulary, its non-torch allocations: NCCL and custom all-reduce buffers, the
   allocator's slack), taken out of its KV cache. vLLM: 5 GiB (``VLLM_RESERVED_BYTES``, ``python -m
@@ -168,6 +168,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from simcore.cost.host import GRAPH_KERNEL_S
 from simcore.serving.requests import ServingInputError
 from simcore.serving.speculative import DEFAULT_ACCEPT, check_accept, tokens_per_step
 
@@ -213,7 +214,7 @@ class RuntimeProfile:
     kv_block_tokens: int
     mem_fraction: float | None
     launch_s: float = EAGER_LAUNCH_S
-    graph_kernel_s: float = 2.0e-6
+    graph_kernel_s: float = GRAPH_KERNEL_S
     step_host_per_seq_s: float = 0.0
     custom_ar_s: float = 8.0e-6
     custom_ar_max_bytes: float = 8 * 2**20

@@ -37,13 +37,13 @@ from collections import deque
 
 import simpy
 
-from simcore.lowering import CostContext
+from simcore.cost.lowering import CostContext
+from simcore.serving.cluster import RequestIntake, shape_error
 from simcore.serving.kvcache import kv_bytes_per_token, kv_capacity_tokens, state_bytes_per_sequence
 from simcore.serving.plan import ServingPlan
 from simcore.serving.requests import Request
 from simcore.serving.reshard import reshard_s
 from simcore.serving.runtime import RuntimeProfile
-from simcore.serving.simulate import RequestIntake
 from simcore.serving.step_cost import StepCost
 from simcore.serving.worker import PlanInfeasible, Worker
 
@@ -210,8 +210,6 @@ class SeesawCluster(RequestIntake):
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, on_finish,
                  fast: bool = True):
-        from simcore.serving.simulate import shape_error  # the agg/disagg checks, same words
-
         self.env, self.ctx, self.plan, self.runtime, self.request_s = env, ctx, plan, runtime, runtime.request_s
         self.costs: list[StepCost] = []
         self.kv_tokens: dict[str, int] = {}

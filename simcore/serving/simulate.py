@@ -36,41 +36,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.memory import reason_names, structural_reasons
-from simcore.serving.kvcache import kv_capacity_tokens
+from simcore.cost.lowering import CostContext
+from simcore.serving.cluster import PoolCluster, RequestIntake, shape_error
 from simcore.serving.metrics import ServingMetrics, summarize
 from simcore.serving.plan import ServingPlan
 from simcore.serving.requests import LengthDist, Request, ServingInputError, read_trace
 from simcore.serving.runtime import RuntimeProfile, get_runtime
+from simcore.serving.seesaw import SeesawCluster
 from simcore.serving.speculative import check_accept
-from simcore.serving.step_cost import GroupBatch, StepCost
+from simcore.serving.step_cost import GroupBatch
 from simcore.serving.worker import PlanInfeasible, Worker
 
 __all__ = ["ServingConfig", "ServingResult", "simulate_serving", "shape_error", "ARRIVALS"]
 
 ARRIVALS = ("closed", "poisson", "trace")
-#: Strategy reasons that make a pool's layout unrunnable whatever the load (a split of heads, weights,
-#: experts or layers the model does not allow, e.g. TP 64 over 32 attention heads).
-_SHAPE_REASONS = ("heads_divisibility", "feature_divisibility", "experts_divisibility", "layers")
-
-
-def _pool_name(role: str) -> str:
-    """``"the pool"`` of an aggregated plan, ``"the prefill pool"`` / ``"the decode pool"`` otherwise."""
-    return "the pool" if role == "both" else f"the {role} pool"
-
-
-def shape_error(ctx: CostContext, role: str, strategy) -> str | None:
-    """Why a pool's layout cannot run the model at all, or None (a plan with one is refused by the
-    simulation as infeasible, and by ``shard-sim`` as bad input)."""
-    one = strategy.replace(dp=1, batch=strategy.ep, microbatches=1)
-    names = [n for n in reason_names(structural_reasons(ctx, StrategyArrays.from_strategies([one]))[0])
-             if n in _SHAPE_REASONS]
-    if not names:
-        return None
-    return (f"{', '.join(names)}: {_pool_name(role)}'s tp{strategy.tp} ep{strategy.ep} pp{strategy.pp} does not split "
-            f"{ctx.model.name} ({ctx.model.num_heads} heads, {ctx.model.num_experts} experts, "
-            f"{ctx.model.num_layers} layers) evenly")
 
 
 @dataclass
@@ -167,99 +146,7 @@ def _requests(cfg: ServingConfig, rng: np.random.Generator) -> list[tuple[float,
     return [(float(a), int(i), int(o)) for a, i, o in zip(arrivals, isl, osl, strict=True)]
 
 
-class RequestIntake:
-    """``route``: a request reaches its plan's scheduler ``request_s`` after it was sent (the runtime's
-    request path, ``RuntimeProfile.request_s``), then ``_submit`` places it (the least-loaded worker)."""
-
-    env: simpy.Environment
-    request_s: float
-
-    def route(self, req: Request) -> None:
-        if self.request_s > 0:
-            self.env.process(self._after_intake(req))
-        else:
-            self._submit(req)
-
-    def _after_intake(self, req: Request):
-        yield self.env.timeout(self.request_s)
-        self._submit(req)
-
-    def _submit(self, req: Request) -> None:
-        raise NotImplementedError
-
-
-class _Cluster(RequestIntake):
-    """The plan's workers, the router between them and the KV hand-off of disaggregated plans."""
-
-    def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish,
-                 fast: bool = True):
-        self.env, self.ctx, self.graph, self.request_s = env, ctx, graph, runtime.request_s
-        self.pools: dict[str, list[Worker]] = {}
-        self.kv_tokens: dict[str, int] = {}
-        self.costs: list[StepCost] = []
-        gpu0 = 0
-        self.gpu_offsets: dict[int, int] = {}
-        for role, pool in plan.pools:
-            shape = shape_error(ctx, role, pool.strategy)
-            if shape:
-                raise PlanInfeasible(shape)
-            cost = StepCost(ctx, pool.strategy, runtime, pool.moe_ep)
-            self.costs.append(cost)
-            kv = kv_capacity_tokens(ctx, pool.strategy, runtime)
-            self.kv_tokens[role] = kv
-            if kv <= 0:
-                raise PlanInfeasible(f"hbm_capacity: {_pool_name(role)}'s weights leave no room for a KV cache "
-                                     f"(tp{pool.strategy.tp} ep{pool.strategy.ep} pp{pool.strategy.pp} on "
-                                     f"{ctx.cluster.gpu.name})")
-            workers = []
-            for _w in range(pool.workers):
-                worker = Worker(env, len(self.gpu_offsets), cost, runtime, kv, pool.max_num_seqs, on_finish,
-                                role=role, on_prefilled=self._handoff, fast=fast)
-                self.gpu_offsets[worker.wid] = gpu0
-                gpu0 += pool.gpus_per_worker
-                workers.append(worker)
-            self.pools[role] = workers
-        self.gpus_per_worker = {role: pool.gpus_per_worker for role, pool in plan.pools}
-        self.network = None
-        if graph is not None and plan.mode == "disagg":
-            from topologies import gpu_nodes
-
-            from simcore.network import FlowNetwork
-
-            self.gpu_names = gpu_nodes(graph)
-            if gpu0 > len(self.gpu_names):
-                raise PlanInfeasible(f"device_count: the plan needs {gpu0} GPUs, the cluster has {len(self.gpu_names)}")
-            self.network = FlowNetwork(env, graph)
-        m = ctx.model
-        self.kv_bytes_per_token = m.kv_cache_bytes_per_token(ctx.workload.kv_bytes)
-        self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
-
-    def _submit(self, req: Request) -> None:
-        entry = self.pools.get("both") or self.pools["prefill"]
-        min(entry, key=lambda w: w.load).submit(req)
-
-    def _handoff(self, req: Request, src: Worker) -> None:
-        req.hold_first()  # streamed by the decode worker (module doc)
-        dst = min(self.pools["decode"], key=lambda w: w.load)
-        dst.incoming += 1  # outstanding there from now: the next hand-off sees it (Worker.load)
-        self.env.process(self._transfer(req, src, dst))
-
-    def _transfer(self, req: Request, src: Worker, dst: Worker):
-        nbytes = req.kv_tokens * self.kv_bytes_per_token + self.state_bytes
-        n_src, n_dst = self.gpus_per_worker["prefill"], self.gpus_per_worker["decode"]
-        if self.network is not None:
-            a, b = self.gpu_offsets[src.wid], self.gpu_offsets[dst.wid]
-            pairs = [(self.gpu_names[a + i], self.gpu_names[b + i % n_dst]) for i in range(n_src)]
-            yield self.network.transfer_group(pairs, nbytes / n_src, tag=("kv", req.rid))
-        else:  # idle fabric: each source GPU sends its shard over its NIC
-            fabric_bw = self.ctx.cluster.gpu.nic_bandwidth_bytes_per_s
-            yield self.env.timeout(nbytes / n_src / fabric_bw)
-        req.handoff_s = self.env.now
-        dst.incoming -= 1
-        dst.submit(req)
-
-
-def _unloaded_s(cluster: _Cluster, req: Request) -> float:
+def _unloaded_s(cluster: PoolCluster, req: Request) -> float:
     """End-to-end time of ``req`` alone on the first pool: its prefill, then one decode step per token."""
     cost = cluster.costs[0]
     prefill = sum(cost.stage_times([GroupBatch.of([(req.input_len, 0)], [], 1)])[0])
@@ -319,12 +206,10 @@ class _Clients:
 
 
 def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish, fast: bool):
-    """The plan's workers: a re-sharding :class:`~.seesaw.SeesawCluster` or a :class:`_Cluster`."""
+    """The plan's workers: a re-sharding :class:`~.seesaw.SeesawCluster` or a :class:`PoolCluster`."""
     if plan.mode == "seesaw":
-        from simcore.serving.seesaw import SeesawCluster  # it imports this module
-
         return SeesawCluster(env, ctx, plan, runtime, on_finish, fast)
-    return _Cluster(env, ctx, plan, runtime, graph, on_finish, fast)
+    return PoolCluster(env, ctx, plan, runtime, graph, on_finish, fast)
 
 
 def pool_stats(workers: list[Worker], end_s: float) -> dict:

@@ -3,7 +3,7 @@
 A continuous-batching step runs one forward pass over every token the scheduler picked: the chunks of
 prompts being prefilled and one token of each decoding sequence. Everything but attention depends only
 on how many tokens pass through the GEMMs and how many sequences sample a token, so those tasks come
-from the one lowering (:mod:`simcore.lowering`, the proxy's and the simulator's) and are memoized on
+from the one lowering (:mod:`simcore.cost.lowering`, the proxy's and the simulator's) and are memoized on
 ``(tokens, sampled)``; attention depends on each sequence's context and is priced per step with the
 same attention task of the lowering, per prompt chunk and for the decodes. The memo is exact (a test compares it
 with a fresh lowering of the same batch): nothing is interpolated.
@@ -20,7 +20,7 @@ runtime whose ``moe_a2a_backend`` is ``deepep`` prices dispatch and combine with
 
 A hybrid model's token mixer is priced per layer kind: each stage's softmax-attention layers with the
 attention kernel (which grows with each context), its linear-attention layers with the Gated DeltaNet
-mixer (:mod:`simcore.linear_attention`: per sequence and chunk, whatever the context).
+mixer (:mod:`simcore.models.linear_attention`: per sequence and chunk, whatever the context).
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore import layout as L
 from simcore.collectives.constants import DEFAULT
-from simcore.linear_attention import MIXER_KERNELS
-from simcore.lowering import CostContext, StrategyArrays, Task, _Lowerer
-from simcore.memory import stage_layers
+from simcore.cost.lowering import CostContext, StrategyArrays, Task, _Lowerer
+from simcore.cost.memory import stage_layers
+from simcore.models.linear_attention import MIXER_KERNELS
+from simcore.models.sparse_attention import INDEXER_KERNELS
 from simcore.moe import RoutingConfig, expected_max_loads
-from simcore.sparse_attention import INDEXER_KERNELS
-from simcore.strategy import Strategy
 from simcore.serving.plan import check_expert_layout
 from simcore.serving.requests import ServingInputError
+from simcore.strategy import layout as L
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["GroupBatch", "StepCost", "custom_all_reduce_time_s"]
 
@@ -96,7 +96,7 @@ class _NoAttention(_Lowerer):
 
 def _linear_per_stage(model, pp: int) -> list[int]:
     """Linear-attention layers of each pipeline stage (contiguous split, the first ``L mod pp`` stages
-    one layer longer, as :func:`simcore.memory.stage_layers`)."""
+    one layer longer, as :func:`simcore.cost.memory.stage_layers`)."""
     base, extra = divmod(model.num_layers, pp)
     out, start = [], 0
     for p in range(pp):
@@ -259,7 +259,7 @@ class StepCost:
         prompt chunks and the decodes, independent of their contexts. The runtimes run all of a step's
         chunks as one variable-length batch (fla's ``cu_seqlens``), so its kernels' fixed costs count
         once per step, not once per chunk, and the chunks' serial state passes run side by side: the
-        longest one's chain counts (:meth:`simcore.lowering._Lowerer.linear_chain_s`)."""
+        longest one's chain counts (:meth:`simcore.cost.lowering._Lowerer.linear_chain_s`)."""
         if not self.model.is_hybrid:
             return 0.0
         low = self._attn

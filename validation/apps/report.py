@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from rich.markup import escape
 from rich.table import Table
 
-from simcore.apps.common import (
+from planner.apps.common import (
     UserError,
     atomic_write_text,
     check_known_keys,

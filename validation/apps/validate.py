@@ -14,7 +14,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from simcore.apps.common import UserError, check_known_keys, cli_errors, config_errors_exit_2, run_dir
+from planner.apps.common import UserError, check_known_keys, cli_errors, config_errors_exit_2, run_dir
 from validation import jsonline
 
 __all__ = ["run", "main", "STUDIES"]
@@ -63,7 +63,7 @@ def _collectives(data: Path, out: Path, study) -> dict:
 
 
 def _kernels(data: Path, out: Path, study) -> dict:
-    from simcore.hardware import GPUS
+    from simcore.hardware.gpus import GPUS
     from validation.studies import kernels
 
     gpu = study.gpu

@@ -21,7 +21,7 @@ __all__ = ["megatron_figure", "sim_figure", "fill_megatron", "fill_sim"]
 
 
 def _context(config: dict):
-    from simcore.config import build_context
+    from topologies.scenario import build_context
 
     cfg = OmegaConf.create(config)
     return cfg, build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
@@ -46,9 +46,10 @@ def megatron_figure(config: dict) -> float:
 
 def sim_figure(config: dict, strategy: dict) -> float:
     """Simulated tokens/s/GPU of ``strategy`` (a strategy dict) in the config's scenario."""
-    from simcore.config import build_engine_config, build_graph
+    from simcore.config import build_engine_config
+    from topologies.scenario import build_graph
     from simcore.engine import EngineConfig, simulate
-    from simcore.strategy import Strategy
+    from simcore.strategy.sharding import Strategy
 
     cfg, ctx = _context(config)
     engine = EngineConfig()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.apps.common import atomic_save_figure
+from planner.apps.common import atomic_save_figure
 
 from validation.report.jobs import Job
 

@@ -1,6 +1,6 @@
 """Reporting helpers the studies share: CSV tables, matplotlib figures, set labels, percentages.
 
-Writes go through :func:`simcore.apps.common.atomic_write_text`, so a reader never sees half a file.
+Writes go through :func:`planner.apps.common.atomic_write_text`, so a reader never sees half a file.
 Nothing here imports a study, so every study may import it.
 """
 
@@ -11,7 +11,7 @@ import io
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from simcore.apps.common import atomic_save_figure, atomic_write_json, atomic_write_text
+from planner.apps.common import atomic_save_figure, atomic_write_json, atomic_write_text
 
 __all__ = ["atomic_write_json", "atomic_write_text", "read_csv", "write_csv", "pyplot", "save_figure", "split_kind", "pct"]
 

@@ -11,12 +11,12 @@ both are compared with the measurement (``rel_error = predicted / measured - 1``
   expected load of the benchmark's sampled uniform routing (:func:`validation.studies.moe.predict`,
   what the lowering prices under ``sim.routing.a2a=deepep`` with that routing), simulator = what the per-GPU engine runs for an MoE exchange under
   ``sim.routing.a2a=deepep``: a seeded sampled routing of the row's tokens, exchanged by DeepEP's
-  kernels (:func:`simcore.engine.deepep.exchange`: the row's mode, normal or low latency, with the
+  kernels (:func:`simcore.engine.deepep_exchange.exchange`: the row's mode, normal or low latency, with the
   row's kernel version's constants) and run as flows on the row's GPUs and rail-optimized InfiniBand
-  topology (:func:`simcore.engine.deepep.run_exchange`); the same draw priced with DeepEP's per-rank
+  topology (:func:`simcore.engine.deepep_exchange.run_exchange`); the same draw priced with DeepEP's per-rank
   formula (:func:`simcore.moe.deepep.pair_times_s`, column ``sim_deepep``) splits the sampled
   routing's skew (cause ``skew``) from what the flows on the topology add (cause ``flows``);
-- **inference** (``inference_*.csv``): proxy = :func:`simcore.proxy.evaluate`, simulator =
+- **inference** (``inference_*.csv``): proxy = :func:`simcore.cost.proxy.evaluate`, simulator =
   :func:`simcore.engine.simulate` (contention and overlap on), through
   :mod:`validation.studies.inference`'s row-to-strategy mapping.
 
@@ -105,13 +105,13 @@ def _constants(case):
 
 def _flow_deepep(case, pair_tokens: np.ndarray) -> float:
     """The engine's DeepEP exchange of ``pair_tokens`` copies on the row's GPUs, run as flows on its
-    rail-optimized InfiniBand topology (:func:`simcore.engine.deepep.run_exchange`; seconds)."""
+    rail-optimized InfiniBand topology (:func:`simcore.engine.deepep_exchange.run_exchange`; seconds)."""
     import simpy
 
     from simcore.collectives import DEFAULT, Fabric
-    from simcore.engine.deepep import exchange, run_exchange
-    from simcore.hardware import get_gpu
-    from simcore.network import FlowNetwork
+    from simcore.engine.deepep_exchange import exchange, run_exchange
+    from simcore.hardware.gpus import get_gpu
+    from simcore.network.flownet import FlowNetwork
     from topologies import build_topology
 
     nodes = max(1, case.ep // case.ranks_per_node)
@@ -134,7 +134,7 @@ def _flow_deepep(case, pair_tokens: np.ndarray) -> float:
 def deepep_rows(path: Path = DATA / "ep_alltoall_deepep.csv", limit: int | None = None) -> list[dict]:
     """DeepEP rows: closed form (proxy) and the engine's DeepEP exchange of a sampled routing, run as
     flows (simulator)."""
-    from simcore.hardware import get_gpu
+    from simcore.hardware.gpus import get_gpu
     from simcore.moe.deepep import pair_times_s
     from simcore.moe.draws import draw_copies
     from validation.studies.moe import bottleneck_bytes, load_cases, predict
@@ -170,7 +170,7 @@ def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "infer
                                              "inference_h100_measured.csv"), limit: int | None = None) -> list[dict]:
     """End-to-end rows: proxy and simulator of the same strategy; departures explained by cause."""
     from simcore.engine import EngineConfig, simulate
-    from simcore.proxy import evaluate
+    from simcore.cost.proxy import evaluate
     from validation.studies.inference import _graph, _metric, parse_row
 
     from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain

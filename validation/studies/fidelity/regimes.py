@@ -2,9 +2,9 @@
 
 Each strategy gets flags from two sources, both computed before any simulation:
 
-- the proxy's breakdown (:func:`simcore.proxy.evaluate`, ``by_category``), as shares of its step:
+- the proxy's breakdown (:func:`simcore.cost.proxy.evaluate`, ``by_category``), as shares of its step:
   ``compute``, ``comm:tp`` / ``comm:ep`` / ``comm:pp`` and ``bubble``;
-- its lowered collectives (:func:`simcore.lowering.lower`, one pass through every layer of the
+- its lowered collectives (:func:`simcore.cost.lowering.lower`, one pass through every layer of the
   model in the workload's main phase: ``decode`` unless the workload is ``prefill``): each
   collective's group span (does its communicator cross an NVLink domain?) and the share of its
   time that is latency (NCCL's latency term plus the calibrated launch overhead of the entry NCCL
@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.cluster import group_ranks_per_domain
+from simcore.cost.cluster import group_ranks_per_domain
 from simcore.collectives.cost import entry_costs
-from simcore.layout import COLLECTIVE_NAMES, NONE
-from simcore.lowering import CostContext, StrategyArrays, lower
-from simcore.memory import stage_layers
+from simcore.strategy.layout import COLLECTIVE_NAMES, NONE
+from simcore.cost.lowering import CostContext, StrategyArrays, lower
+from simcore.cost.memory import stage_layers
 
 __all__ = ["REGIMES", "THRESHOLDS", "collective_profile", "classify", "primary"]
 
@@ -63,7 +63,7 @@ def _latency_fraction(ctx: CostContext, code: int, size, n, per_domain) -> np.nd
 
 def _critical_stage(ctx: CostContext, s: StrategyArrays, blocks: dict) -> np.ndarray:
     """The stage the proxy's breakdown describes: the slowest one (block times times the blocks each
-    stage runs, as :mod:`simcore.proxy` composes them)."""
+    stage runs, as :mod:`simcore.cost.proxy` composes them)."""
     dense, moe, in_stage = stage_layers(ctx.model, s.pp)
     stages = np.arange(dense.shape[1])[None, :]
     last = (s.pp - 1)[:, None]

@@ -19,10 +19,10 @@ import numpy as np
 
 from planner.megatron import megatron_search
 from planner.space import SearchSpace
-from simcore.lowering import CostContext, StrategyArrays
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
-from simcore.proxy import evaluate_batch
-from simcore.strategy import megatron_sharding
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
+from simcore.cost.proxy import evaluate_batch
+from simcore.strategy.sharding import megatron_sharding
 from validation.bench_proxy import random_keys
 
 __all__ = ["SOURCES", "canonical", "search_trajectory", "sample_strategies"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 from planner.megatron import strategy_from_key
-from simcore.proxy import evaluate
+from simcore.cost.proxy import evaluate
 from validation.scenarios import scenario_context
 
 from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain, overlap_contention_why
@@ -26,7 +26,7 @@ LARGE = 0.05  # a large disagreement: |sim/proxy step ratio - 1| above this
 
 
 def _sharding(strategy) -> str:
-    from simcore.strategy import megatron_sharding
+    from simcore.strategy.sharding import megatron_sharding
 
     base = megatron_sharding()
     return ";".join(f"{op}={c}" for op, c in strategy.sharding.items() if c != base[op]) or "megatron"

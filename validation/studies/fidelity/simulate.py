@@ -26,7 +26,8 @@ __all__ = ["simulate_keys"]
 @functools.cache
 def _setup(name: str, contention: bool):
     """Context, topology graph and engine config of a scenario (cached per process)."""
-    from simcore.config import build_engine_config, build_graph
+    from simcore.config import build_engine_config
+    from topologies.scenario import build_graph
     from validation.scenarios import scenario_config
 
     cfg = scenario_config(name)

@@ -29,7 +29,7 @@ def _graph(case: RowCase):
 def predict(case: RowCase, simulate_too: bool = True, engine=None) -> tuple[float, float]:
     """(simulator, proxy) prediction of the row's metric (the simulator's is NaN when not run)."""
     from simcore.engine import EngineConfig, simulate
-    from simcore.proxy import evaluate
+    from simcore.cost.proxy import evaluate
 
     proxy = _metric(case, evaluate(case.ctx, case.strategy))
     if not simulate_too:

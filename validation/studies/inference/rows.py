@@ -7,8 +7,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from simcore.cluster import Cluster
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext
 from simcore.workload import Workload
 
 __all__ = ["COLUMNS", "METRICS", "NODE_GPUS", "MMHA_KV_REREAD", "decode_kv_reread", "RowCase", "parse_row"]
@@ -74,9 +74,9 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
 
 def parse_row(row: dict) -> RowCase:
     """The case a CSV row describes; ``ValueError`` says why a row cannot be expressed."""
-    from simcore.hardware import get_gpu
+    from simcore.hardware.gpus import get_gpu
     from simcore.models import get_model
-    from simcore.strategy import Strategy
+    from simcore.strategy.sharding import Strategy
 
     model = get_model((row.get("model") or "").strip())
     gpu = get_gpu((row.get("hardware") or "").strip())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from validation.fit_kernels import evaluate, load_samples
 from validation.split import split_label
 from validation.studies.common import atomic_write_json, write_csv

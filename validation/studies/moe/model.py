@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants, uniform_time_s
 from simcore.moe.draws import expected_max_load
 from simcore.moe.routing import RoutingConfig

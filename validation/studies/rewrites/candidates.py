@@ -3,7 +3,7 @@
 A *rewrite* changes the sharding choice of one operator (or of two operators that only work
 together, e.g. shared and routed FFN2 of an MoE layer, whose outputs are summed before one
 conversion) and keeps everything else. Whether it is an all-reduce -> all-gather rewrite is read off
-the lowered tasks (:func:`simcore.lowering.lower`), not off a hand-written table: among the
+the lowered tasks (:func:`simcore.cost.lowering.lower`), not off a hand-written table: among the
 collectives whose kind or size changes, the rewritten plan has fewer all-reduces, more all-gathers
 and no more of any other kind (``ar->ag``); the reverse (``ag->ar``) is the same with the roles of
 the two swapped. The paper's appendix B rewrite (FFN2 sharded on the hidden dimension, ``dim0 ->
@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore import layout as L
-from simcore.lowering import CostContext, StrategyArrays, lower
-from simcore.memory import structural_reasons
-from simcore.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
-from simcore.strategy import Strategy
+from simcore.strategy import layout as L
+from simcore.cost.lowering import CostContext, StrategyArrays, lower
+from simcore.cost.memory import structural_reasons
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["Slot", "Rewrite", "comm_slots", "collective_diff", "classify", "enumerate_rewrites", "phase_of"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from simcore.lowering import CostContext
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext
+from simcore.strategy.sharding import Strategy
 
 from validation.studies.rewrites.candidates import Rewrite, enumerate_rewrites, phase_of
 from validation.studies.rewrites.plans import Grid, fit_plan, topology_for
@@ -16,7 +16,7 @@ __all__ = ["run_job"]
 
 
 def _context(scenario: str, graph, context: int) -> CostContext:
-    from simcore.cluster import Cluster
+    from simcore.cost.cluster import Cluster
     from validation.scenarios import scenario_context
 
     base = scenario_context(scenario)
@@ -27,7 +27,7 @@ def _context(scenario: str, graph, context: int) -> CostContext:
 def _evaluate(ctx: CostContext, graph, s: Strategy) -> dict:
     """Proxy, simulator (contention + overlap) and simulator (overlap only) of one plan."""
     from simcore.engine import EngineConfig, simulate
-    from simcore.proxy import evaluate
+    from simcore.cost.proxy import evaluate
 
     proxy = evaluate(ctx, s)
     if not proxy.valid:
@@ -68,8 +68,8 @@ def _case(ctx: CostContext, base: Strategy, rw: Rewrite, b: dict, v: dict) -> di
 
 def _sharding_note(s: Strategy, model) -> str:
     """Where a plan's sharding departs from Megatron's on the model's operators (``megatron`` if nowhere)."""
-    from simcore.opgraph import op_applies
-    from simcore.strategy import megatron_sharding
+    from simcore.strategy.opgraph import op_applies
+    from simcore.strategy.sharding import megatron_sharding
 
     meg = megatron_sharding()
     diff = [f"{op}={c}" for op, c in s.sharding.items() if c != meg[op] and op_applies(model, op)]
@@ -78,9 +78,9 @@ def _sharding_note(s: Strategy, model) -> str:
 
 def run_job(scenario: str, label: str, plan: Strategy, topology: str, grid: Grid) -> tuple[list[dict], dict]:
     """Every case of one (scenario, plan, topology); also what the plan became there."""
-    from simcore.lowering import StrategyArrays
-    from simcore.memory import reason_names, structural_reasons
-    from simcore.proxy import evaluate
+    from simcore.cost.lowering import StrategyArrays
+    from simcore.cost.memory import reason_names, structural_reasons
+    from simcore.cost.proxy import evaluate
     from validation.scenarios import scenario_context
 
     model = scenario_context(scenario).model

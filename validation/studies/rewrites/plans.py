@@ -10,8 +10,8 @@ from functools import cache
 
 import numpy as np
 
-from simcore.lowering import CostContext
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["TOPOLOGIES", "Grid", "base_plans", "fit_plan", "topology_for"]
 

@@ -1,7 +1,7 @@
 """What a rewrite changes in one step, per GPU of the critical pipeline stage: bytes, launches, and the
 latency and bandwidth terms of the collectives it touches.
 
-Every figure comes from the lowered tasks (:func:`simcore.lowering.lower`) and the collective cost
+Every figure comes from the lowered tasks (:func:`simcore.cost.lowering.lower`) and the collective cost
 model (:func:`simcore.collectives.cost.entry_costs`), so it adds up to the proxy's own step time:
 each changed collective's idle-fabric time is ``alpha + beta`` with ``alpha`` the latency term of
 the entry NCCL would pick (NCCL's latency plus the calibrated launch overhead) and ``beta`` the rest
@@ -18,9 +18,9 @@ import numpy as np
 
 from simcore.collectives.cost import entry_costs
 from simcore.engine.pricing import packed_shape
-from simcore.lowering import CostContext, StrategyArrays, lower
-from simcore.memory import stage_layers
-from simcore.strategy import Strategy
+from simcore.cost.lowering import CostContext, StrategyArrays, lower
+from simcore.cost.memory import stage_layers
+from simcore.strategy.sharding import Strategy
 
 from validation.studies.rewrites.candidates import Slot, collective_diff, comm_slots
 
@@ -107,7 +107,7 @@ def changed_terms(ctx: CostContext, base: Strategy, rewrite: Strategy, phase: st
 def collective_table(sizes: tuple[float, ...] = (2.0**14, 2.0**20, 2.0**24, 2.0**28)) -> list[dict]:
     """All-reduce against all-gather of the same nccl-tests size on the study's TP groups: 8 GPUs on
     one NVLink domain (HGX, NVL72) and 16 GPUs over two nodes (IB); times and alpha in microseconds."""
-    from simcore.cluster import Cluster
+    from simcore.cost.cluster import Cluster
     from topologies import build_topology
 
     groups = (("hgx-h100", {}, 8, 8), ("gb200-nvl72", {}, 8, 8), ("h100-ib-rail", {"num_nodes": 2}, 16, 8))

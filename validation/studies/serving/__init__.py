@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simcore.apps.common import atomic_write_text
+from planner.apps.common import atomic_write_text
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
 from validation import jsonline
 from validation.studies.common import read_csv

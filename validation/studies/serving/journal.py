@@ -33,7 +33,7 @@ _VALIDATION = Path(__file__).resolve().parents[2]
 
 def _sources() -> list[tuple[str, Path]]:
     """What prices a row: every file of ``simcore`` (wherever it is installed: its modules and the
-    ``config.json`` presets of ``simcore/model_configs``), of this study's package and
+    ``config.json`` presets of ``simcore/models/configs``), of this study's package and
     ``validation/split.py``, each with the name it enters the hash under."""
     import simcore
 

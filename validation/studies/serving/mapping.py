@@ -6,8 +6,8 @@ The mapping, column by column:
   Instruct / FP8 variants, ``moonshotai/Kimi-K2.5`` -> ``kimi-k2``). A model with no preset, or of an
   architecture the cost model refuses (non-Gated-DeltaNet linear attention: MiniMax-M1), is skipped,
   with why. Qwen3.5 (``Qwen/Qwen3.5-397B-A17B``, ``-FP8``) maps to ``qwen3.5-397b-a17b``, its Gated
-  DeltaNet layers priced by :mod:`simcore.linear_attention`; GLM-5 (``zhipuai/GLM-5``) to ``glm-5``, its
-  DeepSeek sparse attention priced by :mod:`simcore.sparse_attention`.
+  DeltaNet layers priced by :mod:`simcore.models.linear_attention`; GLM-5 (``zhipuai/GLM-5``) to ``glm-5``, its
+  DeepSeek sparse attention priced by :mod:`simcore.models.sparse_attention`.
 - ``backend`` -> runtime profile (``vllm`` | ``sglang`` | ``trtllm``; vLLM before v0.14 or unversioned ->
   ``vllm-sync``, see :func:`runtime_of`); ``system`` -> GPU (``h100_sxm``,
   ``h200_sxm``, ``b200_sxm``).
@@ -62,9 +62,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from simcore.cluster import Cluster
-from simcore.hardware import get_gpu
-from simcore.lowering import CostContext
+from simcore.cost.cluster import Cluster
+from simcore.hardware.gpus import get_gpu
+from simcore.cost.lowering import CostContext
 from simcore.models import ModelConfigError, get_model, preset_for
 from simcore.moe import RoutingConfig
 from simcore.serving import Pool, ServingPlan, get_runtime, runtime_strategy

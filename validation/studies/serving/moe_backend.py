@@ -52,7 +52,7 @@ experts keep their bare bytes.
 
 from __future__ import annotations
 
-from simcore.hardware import get_gpu
+from simcore.hardware.gpus import get_gpu
 from simcore.serving import get_runtime
 
 from validation.studies.serving.weight_format import marlin_padding
@@ -80,7 +80,7 @@ def triton_moe_fields() -> dict:
 def moe_kernel_fields(backend: str, expert_format: str | None, gpu: str) -> dict:
     """Runtime-profile fields for the MoE kernels the runtime runs these experts with (empty: the
     profile's own). ``expert_format``: the routed experts' 4-bit format (``weight_format.expert_format``),
-    ``None`` for experts that are not 4-bit; ``gpu``: a :data:`simcore.hardware.GPUS` name.
+    ``None`` for experts that are not 4-bit; ``gpu``: a :data:`simcore.hardware.gpus.GPUS` name.
     TensorRT-LLM with MXFP4 experts on Hopper: the Triton MoE kernels (module doc)."""
     if backend == "trtllm" and expert_format == "mxfp4" and get_gpu(gpu).arch == "hopper":
         return triton_moe_fields()

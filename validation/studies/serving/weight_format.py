@@ -42,7 +42,7 @@ FORMAT_BYTES = {
 
 #: The routed experts' format of published 4-bit checkpoints, by Hugging Face id:
 #: gpt-oss (``quantization_config.quant_method: mxfp4`` in its config.json, shipped here as
-#: ``simcore/model_configs/gpt-oss-120b.json``); Kimi-K2.5 and Kimi-K2-Thinking (native INT4 from
+#: ``simcore/models/configs/gpt-oss-120b.json``); Kimi-K2.5 and Kimi-K2-Thinking (native INT4 from
 #: quantization-aware training: compressed-tensors, ``num_bits 4``, ``group_size 32``, symmetric, the
 #: routed experts only; the models' config.json, as ROCm ATOM's Kimi-K2.5 recipe also states)
 CHECKPOINT_FORMAT = {

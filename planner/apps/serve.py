@@ -1,0 +1,192 @@
+"""The ``serving`` config node and ``shard-sim workload=serving``: one serving plan, request by request.
+
+``workload=serving`` (``conf/workload/serving.yaml``, ``workload.phase: serving``) switches both apps
+to request-level serving (:mod:`simcore.serving`): ``shard-sim`` simulates one plan (``plan=FILE``, a
+``best_plan.yaml`` of ``shard-search workload=serving``, or ``serving.plan.*`` on the command line),
+``shard-search`` searches plans (:mod:`planner.serving`). What arrives is the ``serving`` node
+(:class:`ServingAppConfig`): ``serving.concurrency`` closed-loop clients, or ``serving.rate`` requests/s
+(Poisson), or a ``serving.trace`` CSV (a trace is the arrivals; a rate beside it is refused); lengths
+``serving.isl`` / ``serving.osl``; SLOs in milliseconds. ``export=vllm|sglang|trtllm`` also writes the
+plan's launch (``launch_<target>.sh``), as ``shard-search workload=serving`` does for its best plan.
+
+Bad input (a concurrency of 0, an unknown runtime, a trace with a missing column or a negative length,
+a plan larger than the cluster or one whose pool cannot split the model, requests longer than the model's
+context window, a plan no runtime can launch under ``export=``) is a :class:`~planner.apps.common.UserError` naming the field: one
+line, exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.apps.common import UserError
+from planner.serving.config import (
+    build_serving_config,
+    build_serving_context,
+    load_serving_plan,
+    plan_from_config,
+)
+
+__all__ = ["run_serving_sim", "metrics_row", "plan_launch", "write_launch"]
+
+
+def metrics_row(result) -> dict:
+    """One flat row (ms, tokens/s) of a :class:`~simcore.serving.ServingResult`."""
+    row = {"plan": result.plan.describe(), "mode": result.plan.mode, "gpus": result.plan.gpus,
+           "feasible": result.feasible, "reason": result.reason}
+    m = result.metrics
+    if m is not None:
+        row |= {"ttft_ms": m.ttft_s["mean"] * 1e3, "ttft_p90_ms": m.ttft_s["p90"] * 1e3,
+                "tpot_ms": m.tpot_s["mean"] * 1e3, "tpot_p90_ms": m.tpot_s["p90"] * 1e3,
+                "tokens_per_s_per_gpu": m.output_tokens_per_s_per_gpu,
+                "tokens_per_s_per_user": m.tokens_per_s_per_user, "requests_per_s": m.requests_per_s,
+                "goodput": m.goodput, "goodput_tokens_per_s_per_gpu": m.goodput_tokens_per_s_per_gpu}
+    return row
+
+
+def _table(title: str, result, scfg):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("metric", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    m = result.metrics
+    for name, stats in (("TTFT (ms)", m.ttft_s), ("TPOT (ms)", m.tpot_s), ("ITL (ms)", m.itl_s),
+                        ("E2E (ms)", m.e2e_s)):
+        table.add_row(name, *(f"{stats[q] * 1e3:,.1f}" for q in ("mean", "p50", "p90", "p99")))
+    for name, value in (("output tokens/s/GPU", m.output_tokens_per_s_per_gpu),
+                        ("tokens/s/user", m.tokens_per_s_per_user), ("requests/s", m.requests_per_s),
+                        ("goodput (share meeting SLOs)", m.goodput),
+                        ("goodput tokens/s/GPU", m.goodput_tokens_per_s_per_gpu)):
+        table.add_row(name, f"{value:,.3f}" if value < 10 else f"{value:,.1f}", "", "", "")
+    return table
+
+
+def decode_step_breakdowns(ctx, plan, runtime, result) -> dict:
+    """Each pool's mean pure-decode step of the run (:func:`simcore.serving.breakdown.step_breakdown` at
+    :func:`~simcore.serving.breakdown.mean_decode_batches`), by role; pools that took none are left out."""
+    from simcore.serving import StepCost
+    from simcore.serving.breakdown import mean_decode_batches, step_breakdown
+
+    out = {}
+    for role, pool in plan.pools:
+        batches = mean_decode_batches(result.pool_stats.get(role, {}), pool.strategy.ep, 1 + runtime.spec_tokens)
+        if batches:
+            out[role] = step_breakdown(StepCost(ctx, pool.strategy, runtime, pool.moe_ep), batches, runtime)
+    return out
+
+
+def _breakdown_table(title: str, steps: dict, stats: dict, mode: str):
+    """Rows: each part of :data:`simcore.serving.breakdown.PARTS` any pool has, then the totals; a column
+    per pool (per layout of a seesaw plan)."""
+    from rich.table import Table
+
+    from simcore.serving.breakdown import PARTS
+
+    table = Table(title=title)
+    table.add_column("ms per step")
+    roles = list(steps)
+    for role in roles:
+        table.add_column("pool" if role == "both" else f"{role} {'layout' if mode == 'seesaw' else 'pool'}",
+                         justify="right")
+    for part in PARTS:
+        if any(part in steps[r].parts for r in roles):
+            table.add_row(part, *(f"{steps[r].parts.get(part, 0.0) * 1e3:,.3f}" for r in roles))
+    table.add_row("GPU time", *(f"{steps[r].gpu_s * 1e3:,.3f}" for r in roles))
+    table.add_row("host time", *(f"{steps[r].host_s * 1e3:,.3f}" for r in roles))
+    table.add_row("step (what sets it)", *(f"{steps[r].step_s * 1e3:,.3f} ({steps[r].bound})" for r in roles))
+    table.add_row("sequences x mean context",
+                  *(f"{steps[r].sequences} x {stats[r]['mean_decode_context']:,.0f}" for r in roles))
+    table.add_row("GPUs busy over the run", *(f"{stats[r]['gpu_busy_share']:.0%}" for r in roles))
+    return table
+
+
+def plan_launch(plan, ctx, graph, scfg, target: str):
+    """``plan``'s launch configuration on ``target`` (:func:`simcore.export.serving.serving_launch`): the
+    simulated runtime's profile where it is the target's (its token budgets, memory fraction and
+    speculative decoding), else the target's own; nodes of ``graph``'s size (else the NVLink domain's)."""
+    from simcore.export.serving import serving_launch
+
+    gpn = int(graph.graph.get("gpus_per_node", 0)) if graph is not None else ctx.cluster.nvlink_domain_size
+    simulated = scfg.runtime_profile()
+    return serving_launch(plan, ctx.model, target, gpus_per_node=gpn or None, precision=ctx.workload.precision,
+                          kv_precision=ctx.workload.kv_precision, isl=int(scfg.input_len.mean),
+                          runtime=simulated if simulated.scheduler == target else None)
+
+
+def write_launch(out: Path, launch) -> list[str]:
+    """``launch_<target>.sh`` and the files it reads into ``out``, atomically; their names."""
+    from planner.apps.common import atomic_write_text
+
+    atomic_write_text(out / f"launch_{launch.target}.sh", launch.to_text())
+    for name, text in launch.files.items():
+        atomic_write_text(out / name, text)
+    return [f"launch_{launch.target}.sh", *launch.files]
+
+
+def run_serving_sim(cfg) -> dict:
+    """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
+    from planner.apps.common import atomic_write_json, console, run_dir
+    from simcore.serving import ServingInputError, shape_error, simulate_serving
+    from simcore.serving.plan import check_expert_layout
+    from topologies.scenario import build_graph
+
+    scfg = build_serving_config(cfg.serving)
+    plan = load_serving_plan(cfg.plan, cfg.model.name) if cfg.plan else plan_from_config(cfg.serving.plan)
+    ctx = build_serving_context(cfg)
+    if plan.gpus > ctx.cluster.num_gpus:
+        raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
+                        f"{ctx.cluster.num_gpus}")
+    for role, pool in plan.pools:  # a layout that cannot split the model is bad input, as in static shard-sim
+        where = "plan" if cfg.plan else f"serving.plan.{'pool' if role == 'both' else role}"
+        try:
+            check_expert_layout(pool.strategy, pool.moe_ep, ctx.model)
+        except ServingInputError as exc:
+            raise UserError(str(exc).replace("pool.moe_ep", f"{where}.moe_ep", 1)) from None
+        shape = shape_error(ctx, role, pool.strategy)
+        if shape:
+            raise UserError(f"{where}: {shape}")
+    graph = build_graph(cfg.topology, cfg.hardware) if cfg.serving.network else None
+    launch = None
+    if cfg.get("export") is not None:  # built before simulating: a target or plan it cannot launch is bad input
+        try:
+            launch = plan_launch(plan, ctx, graph, scfg, str(cfg.export))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    result = simulate_serving(ctx, plan, scfg, graph=graph)
+    con = console()
+    load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else \
+        (f"{scfg.rate:g} req/s" if scfg.arrival == "poisson" else f"trace {Path(scfg.trace).name}")
+    title = (f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
+             f"{scfg.runtime}, {load}, ISL {cfg.serving.isl} OSL {cfg.serving.osl}: {plan.describe()}")
+    slo = {"ttft_ms": cfg.serving.ttft_slo_ms, "tpot_ms": cfg.serving.tpot_slo_ms}
+    if result.feasible:
+        con.print(_table(title, result, scfg))
+        m = result.metrics
+        misses = [f"{k[:-3].upper()} {v:,.1f} ms > {slo[k]:g} ms" for k, v in
+                  (("ttft_ms", m.ttft_s["mean"] * 1e3), ("tpot_ms", m.tpot_s["mean"] * 1e3))
+                  if slo[k] is not None and v > slo[k]]
+        con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
+        if plan.mode == "seesaw":
+            con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
+        steps = decode_step_breakdowns(ctx, plan, plan.runtime_for(scfg.runtime_profile()), result)
+        if steps:
+            con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats, plan.mode))
+    else:
+        steps = {}
+        con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
+    out = run_dir()
+    spec = plan.runtime_for(scfg.runtime_profile())  # a searched plan's own speculative decoding
+    payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus,
+               "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate,
+                           "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
+                           "osl": cfg.serving.osl, "slo": slo, "spec_tokens": spec.spec_tokens,
+                           "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
+               "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
+    atomic_write_json(out / "result.json", payload)
+    written = ["result.json"]
+    if launch is not None:
+        print(launch.to_text())  # plain, so that it can be piped
+        written += write_launch(out, launch)
+    con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
+    return payload

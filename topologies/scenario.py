@@ -1,0 +1,60 @@
+"""A scenario from its Hydra config: the topology graph, the cluster the cost model sees, the cost context.
+
+This is where a topology meets the cost model: ``topologies`` builds the graph, :mod:`simcore` receives
+it (:class:`~simcore.cost.cluster.Cluster` from the graph, :class:`~simcore.cost.tasks.CostContext` on
+the cluster).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simcore.config import ConfigError, HardwareConfig, ModelConfig, TopologyConfig, WorkloadConfig
+from simcore.config import build_engine_config, build_workload
+from simcore.cost.cluster import Cluster
+from simcore.cost.tasks import CostContext
+from simcore.hardware import get_gpu
+from simcore.models import get_model
+from topologies.custom import load_topology_yaml
+from topologies.presets import build_topology
+
+__all__ = ["build_graph", "build_cluster", "build_context"]
+
+
+def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
+    """The topology graph the config describes."""
+    if topology.name == "custom":
+        if not topology.path:
+            raise ConfigError("topology.path: required when topology.name is custom")
+        return load_topology_yaml(topology.path)
+    if topology.path:  # a file that would be silently left unread
+        raise ConfigError(f"topology.path: {topology.path} is read only under topology=custom, "
+                          f"got topology {topology.name}")
+    if topology.num_nodes < 1:
+        raise ConfigError(f"topology.num_nodes must be positive, got {topology.num_nodes}")
+    if topology.oversubscription <= 0:
+        raise ConfigError(f"topology.oversubscription must be positive, got {topology.oversubscription}")
+    return build_topology(topology.name, num_nodes=topology.num_nodes,
+                          oversubscription=topology.oversubscription)
+
+
+def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):
+    """Cluster for the cost model; the GPU comes from the topology, efficiencies from ``hardware``
+    (``hardware.name``: ``auto``, the default, takes the topology's GPU; a named GPU must match it)."""
+    cluster = Cluster.from_graph(build_graph(topology, hardware))
+    if hardware.name != "auto" and hardware.name != cluster.gpu.name:
+        get_gpu(hardware.name)  # validates the name
+        raise ConfigError(f"hardware.name: {hardware.name!r} differs from topology {topology.name!r} "
+                          f"which is built of {cluster.gpu.name!r}")
+    if hardware.overrides:
+        cluster = dataclasses.replace(cluster, gpu=cluster.gpu.with_overrides(**dict(hardware.overrides)))
+    return cluster
+
+
+def build_context(model: ModelConfig, hardware: HardwareConfig, topology: TopologyConfig,
+                  workload: WorkloadConfig, sim=None):
+    """The :class:`~simcore.cost.lowering.CostContext` of a composed config; with ``sim`` (the ``sim``
+    node) its MoE routing reaches the proxy, which then prices the expected routing skew."""
+    routing = None if sim is None else build_engine_config(sim).routing
+    return CostContext(model=get_model(model.name), workload=build_workload(workload),
+                       cluster=build_cluster(topology, hardware), routing=routing)
