@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/shard-search
 
+# The layering first (import-linter's contracts in pyproject.toml: layers, no import circles), then the suite.
 test: $(STAMP)
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS)
 
 lint: $(STAMP)

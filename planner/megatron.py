@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from simcore.space.megatron import RankedPlans, megatron_search, rank, strategy_from_key
-from simcore.strategy.opgraph import SEARCHABLE_OPS
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
+from simcore.strategy.sharding import megatron_sharding
 
 __all__ = ["RankedPlans", "megatron_search", "rank", "strategy_from_key", "canonical_key", "KEY_WIDTH",
            "BASE_WIDTH", "full_keys"]
@@ -37,8 +38,6 @@ def canonical_key(key, model) -> tuple[int, ...]:
     tp = 1 (nothing is split) and those of operators the model does not have. Two strategies with
     the same canonical key are the same plan, so re-ranking both would waste a simulation. Keys with
     or without the redundant-experts column are accepted; the answer always has it (:data:`KEY_WIDTH`)."""
-    from simcore.strategy.opgraph import CHOICES, op_applies
-    from simcore.strategy.sharding import megatron_sharding
 
     key = tuple(int(v) for v in key)
     if len(key) not in (BASE_WIDTH, KEY_WIDTH):

@@ -16,6 +16,7 @@ from planner.megatron import canonical_key, strategy_from_key
 from simcore.config import ConfigError
 from simcore.cost.lowering import CostContext
 from simcore.cost.proxy import evaluate
+from simcore.engine import EngineConfig, simulate
 from simcore.strategy.sharding import Strategy
 
 __all__ = ["Reranked", "rerank", "rerank_search", "make_reranker"]
@@ -39,7 +40,6 @@ def make_reranker(ctx: CostContext, name: str, graph=None, engine=None) -> Calla
     if name == "proxy":
         return lambda strategy: evaluate(ctx, strategy)
     if name == "sim":
-        from simcore.engine import EngineConfig, simulate
 
         if graph is None:
             raise ConfigError("planner.reranker: 'sim' needs the scenario's topology graph")

@@ -32,6 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
+import simcore
+import topologies
+from planner.megatron import canonical_key, strategy_from_key
+from planner.rerank import Reranked, _score
+from simcore.cost.proxy import evaluate
+
 __all__ = ["SimMemo", "ProxyCorrection", "LoopResult", "plan_features", "sim_in_the_loop", "rerank_search_loop",
            "scenario_fingerprint", "code_fingerprint"]
 
@@ -164,9 +170,6 @@ def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: C
     """:func:`planner.rerank.rerank_search` with the simulator in the loop: the search's ``pool`` best
     distinct plans, the top ``k`` and the acquisitions of :func:`sim_in_the_loop` simulated (at most
     ``budget``), memoized in ``cache``; returns the simulated plans as ``Reranked``, best first."""
-    from planner.megatron import canonical_key, strategy_from_key
-    from planner.rerank import Reranked, _score
-    from simcore.cost.proxy import evaluate
 
     def canon(key):
         return canonical_key(key, ctx.model)
@@ -194,8 +197,6 @@ def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: C
 def code_fingerprint() -> str:
     """Hash of the simulator's and topologies' source files as they are on disk (edits included, so a
     memo never answers for a simulator that has changed since)."""
-    import simcore
-    import topologies
 
     h = hashlib.sha256()
     for package in (simcore, topologies):

@@ -12,7 +12,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from simcore.engine.simulate import EngineConfig
+from simcore.space.bounds import SearchSpace
+from simcore.workload import Workload
 
 __all__ = ["ModelConfig", "HardwareConfig", "TopologyConfig", "WorkloadConfig", "SimConfig", "SpaceConfig",
            "build_workload", "build_engine_config", "build_space",
@@ -86,7 +90,6 @@ class SpaceConfig:
 
 def build_space(ctx, space: SpaceConfig):
     """The :class:`~simcore.space.bounds.SearchSpace` of a context and a composed ``planner`` node."""
-    from simcore.space.bounds import SearchSpace
 
     if space.batch is not None and not len(space.batch):  # null is the default; [] would silently be too
         raise ConfigError("planner.batch: an empty list; give batch sizes, or null for the default")
@@ -108,7 +111,6 @@ def build_space(ctx, space: SpaceConfig):
 
 def build_engine_config(cfg) -> EngineConfig:
     """The engine config of a composed ``sim`` node (validated by its ``__post_init__``)."""
-    from omegaconf import OmegaConf
 
     return OmegaConf.to_object(cfg) if OmegaConf.is_config(cfg) else cfg
 
@@ -124,7 +126,6 @@ def slo_seconds(value_ms, name: str) -> float | None:
 
 
 def build_workload(cfg: WorkloadConfig):
-    from simcore.workload import Workload
 
     return Workload(phase=cfg.phase, precision=cfg.precision, kv_precision=getattr(cfg, "kv_precision", None),
                     input_len=int(cfg.input_len),

@@ -5,9 +5,9 @@ See :mod:`simcore.network.cluster_graph` for the graph conventions every builder
 
 from __future__ import annotations
 
+from simcore.network.cluster_graph import NODE_KINDS, gpu_nodes, node_of, validate_topology
 from topologies.builders import hgx_h100, ib_fattree, ib_rail, nvl72
 from topologies.custom import dump_topology_yaml, load_topology_yaml, topology_from_dict
-from simcore.network.cluster_graph import NODE_KINDS, gpu_nodes, node_of, validate_topology
 from topologies.presets import TOPOLOGY_NAMES, build_topology
 
 __all__ = [

@@ -27,8 +27,8 @@ from typing import Any
 import networkx as nx
 import yaml
 
-from simcore.files import atomic_write_text
 from simcore.collectives.constants import FABRICS
+from simcore.files import atomic_write_text
 from simcore.hardware.gpus import get_gpu
 from simcore.network.cluster_graph import NODE_KINDS, gpu_nodes, validate_topology
 

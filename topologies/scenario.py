@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from simcore.config import ConfigError, HardwareConfig, ModelConfig, TopologyConfig, WorkloadConfig
-from simcore.config import build_engine_config, build_workload
+from simcore.config import (
+    ConfigError,
+    HardwareConfig,
+    ModelConfig,
+    TopologyConfig,
+    WorkloadConfig,
+    build_engine_config,
+    build_workload,
+)
 from simcore.cost.cluster import Cluster
 from simcore.cost.tasks import CostContext
 from simcore.hardware import get_gpu

@@ -9,6 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
+
 from planner.errors import JobFailed, UserError
 from simcore.files import atomic_save_figure, atomic_write_json, atomic_write_text
 
@@ -18,7 +22,6 @@ __all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_writ
 
 def console():
     """A rich console that stays wide when output goes to a file or a pipe (logs, CI)."""
-    from rich.console import Console
 
     c = Console()
     return c if c.is_terminal else Console(width=160)
@@ -91,7 +94,6 @@ def config_errors_exit_2(entry: Callable) -> Callable:
     @functools.wraps(entry)
     def wrapper(*args, **kwargs):
         from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
 
         global _FULL_ERROR_OURS
         multirun = any(a in ("-m", "--multirun") for a in sys.argv[1:])
@@ -132,7 +134,6 @@ def cli_errors(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        from omegaconf.errors import OmegaConfBaseException
 
         _task_started()
         try:
@@ -187,7 +188,6 @@ def check_known_keys(cfg, schema: type, extra: tuple[str, ...] = ()) -> None:
     reads on purpose beyond its schema (``resume``). Nodes the schema leaves open (a plain ``dict``
     field, ``Any``, or ``None`` by default) are not checked inside.
     """
-    from omegaconf import DictConfig, OmegaConf
 
     def walk(node, ref, path: str) -> None:
         known = list(ref.keys())

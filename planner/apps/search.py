@@ -34,6 +34,7 @@ from planner.apps.common import (
     typed_keys,
 )
 from planner.apps.outputs import plot_curve, rerank_table, write_candidates, write_metrics
+from planner.apps.serving_search import run_serving_search
 from planner.apps.unread import check_typed_keys
 from planner.checkpoint import StopRequest
 from planner.config import PlannerConfig, check_planner
@@ -42,6 +43,7 @@ from planner.megatron import megatron_search, strategy_from_key
 from planner.rerank import make_reranker, rerank_search
 from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
 from planner.serving.config import ServingAppConfig, is_serving
+from planner.simloop import rerank_search_loop, scenario_fingerprint
 from simcore.config import (
     ConfigError,
     HardwareConfig,
@@ -128,7 +130,6 @@ def run(cfg: DictConfig) -> dict:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:  # numpy's and torch's generators' seeds
         raise ConfigError(f"seed must be an integer >= 0, got {seed!r}")
     if is_serving(cfg):
-        from planner.apps.serving_search import run_serving_search
 
         return run_serving_search(cfg)
     check_planner(cfg.planner)
@@ -143,7 +144,6 @@ def run(cfg: DictConfig) -> dict:
     graph = build_graph(cfg.topology, cfg.hardware) if cfg.planner.reranker == "sim" else None
     reranker = make_reranker(ctx, cfg.planner.reranker, graph, build_engine_config(cfg.sim))
     if cfg.planner.rerank_pool > 0:  # the simulator in the loop (planner/simloop.py), memoized in the run dir
-        from planner.simloop import rerank_search_loop, scenario_fingerprint
 
         reranked = rerank_search_loop(ctx, result, int(cfg.planner.rerank_pool), int(cfg.planner.rerank_k),
                                       int(cfg.planner.rerank_budget), reranker, out / "sims.jsonl",

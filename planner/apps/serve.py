@@ -19,13 +19,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.apps.common import UserError
+from rich.table import Table
+
+from planner.apps.common import UserError, atomic_write_json, atomic_write_text, console, run_dir
 from planner.serving.config import (
     build_serving_config,
     build_serving_context,
     load_serving_plan,
     plan_from_config,
 )
+from simcore.export.serving import serving_launch
+from simcore.serving import ServingInputError, StepCost, shape_error, simulate_serving
+from simcore.serving.breakdown import PARTS, mean_decode_batches, step_breakdown
+from simcore.serving.plan import check_expert_layout
+from topologies.scenario import build_graph
 
 __all__ = ["run_serving_sim", "metrics_row", "plan_launch", "write_launch"]
 
@@ -45,7 +52,6 @@ def metrics_row(result) -> dict:
 
 
 def _table(title: str, result, scfg):
-    from rich.table import Table
 
     table = Table(title=title)
     for col in ("metric", "mean", "p50", "p90", "p99"):
@@ -65,8 +71,6 @@ def _table(title: str, result, scfg):
 def decode_step_breakdowns(ctx, plan, runtime, result) -> dict:
     """Each pool's mean pure-decode step of the run (:func:`simcore.serving.breakdown.step_breakdown` at
     :func:`~simcore.serving.breakdown.mean_decode_batches`), by role; pools that took none are left out."""
-    from simcore.serving import StepCost
-    from simcore.serving.breakdown import mean_decode_batches, step_breakdown
 
     out = {}
     for role, pool in plan.pools:
@@ -79,9 +83,7 @@ def decode_step_breakdowns(ctx, plan, runtime, result) -> dict:
 def _breakdown_table(title: str, steps: dict, stats: dict, mode: str):
     """Rows: each part of :data:`simcore.serving.breakdown.PARTS` any pool has, then the totals; a column
     per pool (per layout of a seesaw plan)."""
-    from rich.table import Table
 
-    from simcore.serving.breakdown import PARTS
 
     table = Table(title=title)
     table.add_column("ms per step")
@@ -105,7 +107,6 @@ def plan_launch(plan, ctx, graph, scfg, target: str):
     """``plan``'s launch configuration on ``target`` (:func:`simcore.export.serving.serving_launch`): the
     simulated runtime's profile where it is the target's (its token budgets, memory fraction and
     speculative decoding), else the target's own; nodes of ``graph``'s size (else the NVLink domain's)."""
-    from simcore.export.serving import serving_launch
 
     gpn = int(graph.graph.get("gpus_per_node", 0)) if graph is not None else ctx.cluster.nvlink_domain_size
     simulated = scfg.runtime_profile()
@@ -116,7 +117,6 @@ def plan_launch(plan, ctx, graph, scfg, target: str):
 
 def write_launch(out: Path, launch) -> list[str]:
     """``launch_<target>.sh`` and the files it reads into ``out``, atomically; their names."""
-    from planner.apps.common import atomic_write_text
 
     atomic_write_text(out / f"launch_{launch.target}.sh", launch.to_text())
     for name, text in launch.files.items():
@@ -126,10 +126,6 @@ def write_launch(out: Path, launch) -> list[str]:
 
 def run_serving_sim(cfg) -> dict:
     """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
-    from planner.apps.common import atomic_write_json, console, run_dir
-    from simcore.serving import ServingInputError, shape_error, simulate_serving
-    from simcore.serving.plan import check_expert_layout
-    from topologies.scenario import build_graph
 
     scfg = build_serving_config(cfg.serving)
     plan = load_serving_plan(cfg.plan, cfg.model.name) if cfg.plan else plan_from_config(cfg.serving.plan)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
@@ -127,9 +128,7 @@ def _best_megatron(ctx, cfg: DictConfig) -> tuple[Strategy, str]:
 
 
 def _plan_file(path: str) -> dict:
-    from pathlib import Path
 
-    import yaml
 
     if not Path(path).is_file():
         raise UserError(f"plan: no such file {path}")

@@ -16,6 +16,7 @@ import dataclasses
 
 from planner.apps.common import UserError
 from planner.serving.config import is_serving
+from simcore.config import SpaceConfig
 
 __all__ = ["check_typed_keys"]
 
@@ -26,7 +27,6 @@ _SERVING_FIELD = {"workload.input_len": "serving.isl", "workload.output_len": "s
 
 def _space_fields() -> set[str]:
     """The static search space's fields (``planner.batch``, ``planner.max_tp``, ...)."""
-    from simcore.config import SpaceConfig
 
     return {f.name for f in dataclasses.fields(SpaceConfig)}
 

@@ -11,7 +11,23 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+from omegaconf import OmegaConf
+
 from planner.errors import UserError
+from simcore.config import build_engine_config, build_workload, slo_seconds
+from simcore.cost.lowering import CostContext
+from simcore.models import get_model
+from simcore.serving import (
+    LengthDist,
+    Pool,
+    ServingConfig,
+    ServingInputError,
+    ServingPlan,
+    read_trace,
+    runtime_strategy,
+)
+from topologies.scenario import build_cluster
 
 __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
            "build_serving_context", "plan_from_dict", "plan_from_config", "load_serving_plan", "is_serving"]
@@ -118,7 +134,6 @@ def is_serving(cfg) -> bool:
 
 
 def _length(mean, std: float, name: str):
-    from simcore.serving import LengthDist
 
     if isinstance(mean, bool) or not isinstance(mean, int) or mean < 1:
         raise UserError(f"{name} must be a positive integer, got {mean!r}")
@@ -143,8 +158,6 @@ def _spec_accept(v) -> tuple[float, ...]:
 def build_serving_config(s, load: float = 1.0):
     """The :class:`~simcore.serving.ServingConfig` of a composed ``serving`` node, its concurrency or
     rate scaled by ``load``; a bad field raises :class:`UserError` naming it (the trace is read here)."""
-    from simcore.config import slo_seconds
-    from simcore.serving import ServingConfig, ServingInputError, read_trace
 
     if s.trace and s.rate is not None:  # the trace's own arrival times would silently replace the rate
         raise UserError(f"serving.rate: {s.rate!r} set together with serving.trace, whose rows carry their own "
@@ -175,12 +188,7 @@ def build_serving_config(s, load: float = 1.0):
 def build_serving_context(cfg):
     """Cost context of a serving run: the scenario's model and cluster, ``workload.precision``, and
     the ``serving`` lengths (the lowering's reference lengths; each step is priced at its own)."""
-    from omegaconf import OmegaConf
 
-    from simcore.config import build_engine_config, build_workload
-    from simcore.cost.lowering import CostContext
-    from simcore.models import get_model
-    from topologies.scenario import build_cluster
 
     s = cfg.serving
     # the scenario's workload fields (precision, ...) with the serving lengths; SLOs live in serving.*
@@ -198,7 +206,6 @@ def build_serving_context(cfg):
 
 
 def _pool(d: dict, role: str):
-    from simcore.serving import Pool, ServingInputError, runtime_strategy
 
     unknown = set(d) - {"tp", "ep", "pp", "workers", "max_num_seqs", "sharding", "dp", "batch", "moe_ep"}
     if unknown:
@@ -215,7 +222,6 @@ def _pool(d: dict, role: str):
 def plan_from_dict(d: dict):
     """A :class:`~simcore.serving.ServingPlan` from ``{mode, pool | both, prefill, decode,
     host_kv_bytes_per_gpu, spec_tokens}``."""
-    from simcore.serving import ServingInputError, ServingPlan
 
     mode = d.get("mode", "agg")
     spec = {} if d.get("spec_tokens") is None else {"spec_tokens": d["spec_tokens"]}
@@ -239,14 +245,12 @@ def plan_from_dict(d: dict):
 
 
 def plan_from_config(plan_cfg):
-    from omegaconf import OmegaConf
 
     return plan_from_dict(OmegaConf.to_container(plan_cfg, resolve=True))
 
 
 def load_serving_plan(path: str | Path, model: str | None = None):
     """The plan of a ``best_plan.yaml`` written by ``shard-search workload=serving``."""
-    import yaml
 
     path = Path(path)
     if not path.is_file():

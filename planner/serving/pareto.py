@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.serving.evaluator import slo_miss
-from simcore.files import atomic_save_figure
+from simcore.files import atomic_save_figure, atomic_write_text
 from simcore.serving import ServingConfig, ServingPlan, simulate_serving
 
 __all__ = ["pareto_mask", "point", "sweep_loads", "best_per_slo", "closest_misses", "write_points", "plot_front",
@@ -133,7 +133,6 @@ def closest_misses(records, k: int = 3) -> list[dict]:
 
 
 def write_points(path: Path, rows: list[dict], columns=POINT_COLUMNS) -> None:
-    from simcore.files import atomic_write_text
 
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")

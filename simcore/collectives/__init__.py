@@ -9,7 +9,15 @@
 
 from __future__ import annotations
 
-from simcore.collectives.constants import ALGORITHMS, ALGORITHMS_BY_COLLECTIVE, COLLECTIVES, DEFAULT, PROTOCOLS, Fabric, NcclConstants
+from simcore.collectives.constants import (
+           ALGORITHMS,
+           ALGORITHMS_BY_COLLECTIVE,
+           COLLECTIVES,
+           DEFAULT,
+           PROTOCOLS,
+           Fabric,
+           NcclConstants,
+)
 from simcore.collectives.cost import AUTO_ALGORITHMS, collective_time_s, select
 
 __all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "ALGORITHMS_BY_COLLECTIVE", "AUTO_ALGORITHMS", "DEFAULT",

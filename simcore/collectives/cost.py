@@ -17,7 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.collectives.constants import ALGORITHMS, ALGORITHMS_BY_COLLECTIVE, COLLECTIVES, DEFAULT, PROTOCOLS, Fabric, NcclConstants
+from simcore.collectives.constants import (
+    ALGORITHMS,
+    ALGORITHMS_BY_COLLECTIVE,
+    COLLECTIVES,
+    DEFAULT,
+    PROTOCOLS,
+    Fabric,
+    NcclConstants,
+)
 from simcore.collectives.formulas import EntryCost, Shape, entry_cost
 
 __all__ = ["collective_time_s", "select", "entry_costs", "candidates", "make_shape", "AUTO_ALGORITHMS"]

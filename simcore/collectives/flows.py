@@ -46,12 +46,20 @@ from collections import defaultdict
 
 import simpy
 
-from simcore.network.chainset import ChainSet
 from simcore.collectives.constants import DEFAULT, Fabric, NcclConstants
 from simcore.collectives.cost import candidates, make_shape
-from simcore.collectives.formulas import PROTO_INDEX, EntryCost, Shape, entry_cost, hierarchical_phases, p2p_bandwidths
+from simcore.collectives.formulas import (
+    PROTO_INDEX,
+    EntryCost,
+    Shape,
+    entry_cost,
+    hierarchical_phases,
+    p2p_bandwidths,
+)
 from simcore.collectives.patterns import Flow, Leg, Plan, domains, double_binary_trees
 from simcore.collectives.pipeline import WIRE_FACTOR, kernel_channels, nccl_link_efficiency
+from simcore.network.chainset import ChainSet
+from simcore.network.flownet import FlowNetwork
 
 __all__ = ["run_collective", "simulate_collective", "resolve", "double_binary_trees", "collective_channels",
            "compile_collective", "run_compiled"]
@@ -277,7 +285,6 @@ def simulate_collective(graph, collective: str, size_bytes: float, ranks: list[s
     """Time (s) of one collective over ``ranks`` on a fresh idle network (links derated by
     :func:`~simcore.collectives.pipeline.nccl_link_efficiency`), with optional concurrent groups running
     the same collective at the same time (the result is when the last group finishes)."""
-    from simcore.network.flownet import FlowNetwork
 
     env = simpy.Environment()
     efficiency = nccl_link_efficiency(graph, constants, Fabric.from_topology(graph))

@@ -29,16 +29,17 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from simcore.strategy import layout as L
-from simcore.models import linear_attention as gdn
-from simcore.models import sparse_attention as dsa
-from simcore.cost.cluster import group_ranks_per_domain
 from simcore.collectives import collective_time_s
+from simcore.cost.cluster import group_ranks_per_domain
 from simcore.cost.host import kernel_fixed_s
+from simcore.cost.tasks import CostContext, StrategyArrays, Task
 from simcore.hardware.kernels import attention_time_s, gemm_bytes, gemm_time_s, memory_time_s
 from simcore.models import ModelSpec
+from simcore.models import linear_attention as gdn
+from simcore.models import sparse_attention as dsa
+from simcore.moe import fp8_token_bytes, mode_for_phase, uniform_time_s
+from simcore.strategy import layout as L
 from simcore.strategy.opgraph import REPLICATED, input_layout, model_ops, output_layout
-from simcore.cost.tasks import CostContext, StrategyArrays, Task
 from simcore.xp import SCALAR
 
 __all__ = ["StrategyArrays", "Task", "CostContext", "lower", "attention_dims", "routed_experts", "expert_gemm_s"]
@@ -392,7 +393,6 @@ class _Lowerer:
         routing = self.ctx.routing
         if routing is None or routing.a2a != "deepep":
             return self._coll(name, op, "ep", coll, size)
-        from simcore.moe import fp8_token_bytes, mode_for_phase, uniform_time_s
 
         h, mode = self.m.hidden_size, mode_for_phase(self.phase)
         fp8 = name == "dispatch" and min(self.act, self.w.weight_bytes) == 1.0

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.models import sparse_attention as dsa
 from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.models import sparse_attention as dsa
 from simcore.strategy.opgraph import DIM0, DIM1, REPLICATED, model_ops
 
 __all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "structural_reasons",

@@ -31,6 +31,7 @@ import numpy as np
 from simcore.cost.host import launch_floor, with_host
 from simcore.cost.lowering import CostContext, StrategyArrays, Task, lower
 from simcore.cost.memory import bit, memory_per_gpu_bytes, reason_names, stage_layers, structural_reasons
+from simcore.moe import expected_max_loads
 from simcore.strategy.sharding import Strategy
 
 __all__ = ["BatchResult", "ProxyResult", "evaluate_batch", "evaluate", "STATIC_SAMPLES"]
@@ -106,7 +107,6 @@ def _expert_load(ctx: CostContext, s: StrategyArrays, phase: str):
     m = ctx.model
     if ctx.routing is None or not m.is_moe:
         return 1.0
-    from simcore.moe import expected_max_loads
 
     tokens = s.batch / (s.ep * s.microbatches) * (ctx.workload.input_len if phase == "prefill" else 1)
     return expected_max_loads(ctx.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, s.redundant)

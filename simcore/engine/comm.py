@@ -7,11 +7,11 @@ from __future__ import annotations
 import simpy
 
 from simcore.collectives.flows import collective_channels, compile_collective, run_compiled
-from simcore.hardware.gpus import get_gpu
 from simcore.engine.contention import flow_links
 from simcore.engine.deepep_exchange import run_exchange
-from simcore.engine.rank_placement import Placement
 from simcore.engine.program import Op
+from simcore.engine.rank_placement import Placement
+from simcore.hardware.gpus import get_gpu
 
 __all__ = ["AnalyticComm", "FlowComm"]
 

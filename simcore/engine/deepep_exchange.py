@@ -36,13 +36,22 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from simcore.network.chainset import ChainSet
 from simcore.collectives import DEFAULT
 from simcore.collectives.constants import Fabric
 from simcore.collectives.flows import _execute
 from simcore.collectives.patterns import domains
 from simcore.collectives.pipeline import nccl_link_efficiency
-from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants, fixed_time_s, fp8_token_bytes, kernel_sms, kernel_time_s, link_tokens, uniform_time_s
+from simcore.moe.deepep import (
+    DEFAULT_DEEPEP,
+    DeepEPConstants,
+    fixed_time_s,
+    fp8_token_bytes,
+    kernel_sms,
+    kernel_time_s,
+    link_tokens,
+    uniform_time_s,
+)
+from simcore.network.chainset import ChainSet
 
 __all__ = ["Exchange", "FoldedExchanges", "deepep_mode", "token_bytes", "exchange", "uniform_exchange",
            "run_exchange"]

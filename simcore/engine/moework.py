@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcore.cost.lowering import StrategyArrays, lower
-from simcore.strategy.sharding import Strategy
+from simcore.cost.memory import stage_layers
 from simcore.engine.program import StageProgram, build_programs
-from simcore.engine.rank_loads import rank_loads
+from simcore.moe import draw_routing
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["RankWork", "rank_work", "tokens_per_rank", "RankPrograms"]
 
@@ -39,29 +40,16 @@ def tokens_per_rank(ctx, s: Strategy, phase: str) -> float:
     return s.batch / (s.ep * s.microbatches) * (ctx.workload.input_len if phase == "prefill" else 1)
 
 
-def _draw_routing():
-    try:
-        from simcore.moe import draw_routing  # built beside this engine; absent in older trees
-    except ImportError:
-        return None
-    return draw_routing
-
-
 def rank_work(ctx, s: Strategy, cfg, tokens: float, layer: int, step: int) -> RankWork | None:
     """Routing of MoE layer ``layer`` (0 = the first MoE layer) at decode step ``step``; None
     without expert parallelism."""
     m = ctx.model
     if not m.is_moe or s.ep <= 1:
         return None
-    draw = _draw_routing()
-    if draw is not None:
-        d = draw(cfg.routing, m, s.ep, tokens, cfg.seed, layer, step, getattr(s, "redundant_experts", 0))
-        pair = np.asarray(d.pair_tokens, dtype=float)
-        received = pair.sum(axis=0)
-        return RankWork(received / max(received.mean(), 1e-30), pair)
-    loads = rank_loads(cfg.routing, m.num_experts, s.ep, tokens * s.ep * m.top_k, cfg.seed)
-    pair = np.tile(tokens * m.top_k * loads / s.ep, (s.ep, 1))
-    return RankWork(loads, pair)
+    d = draw_routing(cfg.routing, m, s.ep, tokens, cfg.seed, layer, step, getattr(s, "redundant_experts", 0))
+    pair = np.asarray(d.pair_tokens, dtype=float)
+    received = pair.sum(axis=0)
+    return RankWork(received / max(received.mean(), 1e-30), pair)
 
 
 class RankPrograms:
@@ -75,9 +63,8 @@ class RankPrograms:
         self._blocks: dict[float, list] = {}
         self._work: dict[tuple[int, int], RankWork | None] = {}
         self._programs: dict[tuple, list[StageProgram]] = {}
-        self.step_dependent = _draw_routing() is not None
+        self.step_dependent = True  # seeded draws per (layer, step): simcore.moe.draw_routing
         # program layer (as build_programs numbers them: per stage, dense then MoE) -> MoE layer index
-        from simcore.cost.memory import stage_layers
 
         dense, moe, _ = stage_layers(ctx.model, self._arrays.pp)
         self._moe_index: dict[int, int] = {}

@@ -14,6 +14,7 @@ import weakref
 import simpy
 
 from simcore.collectives.flows import run_collective
+from simcore.network.flownet import FlowNetwork
 
 __all__ = ["analytic_timelines", "merge"]
 
@@ -26,7 +27,6 @@ def _link_bytes(graph, collective: str, size_bytes: float, ranks: tuple[str, ...
     cache = _CACHE.setdefault(graph, {})
     key = (collective, size_bytes, ranks, seed, constants)
     if key not in cache:
-        from simcore.network.flownet import FlowNetwork
 
         env = simpy.Environment()
         net = FlowNetwork(env, graph, seed=seed)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from simcore.collectives import DEFAULT
+from simcore.collectives.cost import make_shape
+from simcore.collectives.flows import resolve
 from simcore.cost.lowering import CostContext
-from simcore.network import FlowNetwork, gpu_nodes
-from simcore.strategy.sharding import Strategy
 from simcore.engine.alltoallv import pxn_relay
 from simcore.engine.comm import AnalyticComm, FlowComm
 from simcore.engine.contention import all_groups, contention_flags, direct_kinds
@@ -26,10 +27,12 @@ from simcore.engine.lane_executor import LaneExecutor
 from simcore.engine.lanes import Lane, build_lanes, merged_axes, symmetric_axes
 from simcore.engine.moework import RankPrograms, tokens_per_rank
 from simcore.engine.pergpu import LaneComm
-from simcore.engine.rank_placement import Placement
-from simcore.engine.pricing import reprice_programs
+from simcore.engine.pricing import group_shape, reprice_programs
 from simcore.engine.program import build_programs
 from simcore.engine.rank_loads import rank_loads
+from simcore.engine.rank_placement import Placement
+from simcore.network import FlowNetwork, gpu_nodes
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["Phase", "choose_mode", "run_folded", "run_per_gpu", "placement_of"]
 
@@ -95,10 +98,6 @@ def _order_free(ctx, graph, s: Strategy, placement) -> frozenset:
     """``{"ep"}`` when every EP collective of the plan is a direct all-to-all (NCCL's choice for its
     size and communicator; skewed dispatches run as all-to-all-v, also direct) or DeepEP's kernels
     (which see their ranks by node, :mod:`.deepep`)."""
-    from simcore.collectives import DEFAULT
-    from simcore.collectives.cost import make_shape
-    from simcore.collectives.flows import resolve
-    from simcore.engine.pricing import group_shape
 
     if s.ep <= 1:
         return frozenset({"ep"})

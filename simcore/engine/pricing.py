@@ -13,6 +13,7 @@ import dataclasses
 import functools
 
 from simcore.collectives import collective_time_s
+from simcore.cost.cluster import group_ranks_per_domain
 from simcore.engine.deepep_exchange import deepep_mode
 from simcore.engine.program import StageProgram
 
@@ -76,7 +77,6 @@ def reprice_programs(ctx, programs: list[StageProgram], placement, graph, exchan
 
 def packed_shape(ctx, s, group: str) -> tuple[int, int]:
     """The communicator shape the lowering priced (see ``_Lowerer.rpd``)."""
-    from simcore.cost.cluster import group_ranks_per_domain
 
     domain = ctx.cluster.nvlink_domain_size
     if group == "tp":

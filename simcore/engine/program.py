@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from simcore.cost.lowering import CostContext, StrategyArrays, Task, lower
 from simcore.cost.memory import stage_layers
+from simcore.strategy import layout as L
 from simcore.strategy.sharding import Strategy
 
 __all__ = ["Op", "StageProgram", "build_programs"]
@@ -37,7 +38,6 @@ class Op:
 
     @classmethod
     def from_task(cls, task: Task, layer: int) -> Op:
-        from simcore.strategy import layout as L
         code = int(task.extra.get("collective", [0])[0]) if task.is_comm else 0
         return cls(task.name, task.op, layer, task.is_comm, float(task.time_s[0]) * task.count,
                    L.COLLECTIVE_NAMES[code] if task.is_comm else "", task.group,

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from simcore.cost.host import with_host
 from simcore.cost.lowering import CostContext
 from simcore.cost.proxy import STATIC_SAMPLES, evaluate
-from simcore.strategy.sharding import Strategy
 from simcore.engine.phase import choose_mode, placement_of, run_folded, run_per_gpu
-from simcore.engine.result import SimResult, time_split
 from simcore.engine.rank_loads import RoutingConfig
+from simcore.engine.result import SimResult, time_split
 from simcore.engine.trace import chrome_trace
+from simcore.strategy.sharding import Strategy
 
 __all__ = ["EngineConfig", "simulate", "MODES"]
 

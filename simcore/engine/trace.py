@@ -16,6 +16,7 @@ from pathlib import Path
 
 from simcore.engine.executor import Interval
 from simcore.engine.occupancy import analytic_timelines, merge
+from simcore.files import atomic_write_text
 
 __all__ = ["chrome_trace", "write_trace"]
 
@@ -87,6 +88,5 @@ def _counters(events: list[dict], graph, utilization: dict, analytic: list, ctx,
 
 
 def write_trace(path: str | Path, trace: dict) -> Path:
-    from simcore.files import atomic_write_text
 
     return atomic_write_text(path, json.dumps(trace))

@@ -18,11 +18,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from simcore.cost.proxy import evaluate
+from simcore.engine import EngineConfig, simulate
+from simcore.export.result import ExportResult, Gap, Pricing, gap_lines, relative_change
+from simcore.export.targets import MAPPERS, VERSIONS, Deployment, Mapping
 from simcore.models import CONFIG_DIR, MODEL_NAMES, ModelSpec, get_model
 from simcore.strategy.opgraph import SEARCHABLE_OPS, op_applies
 from simcore.strategy.sharding import Strategy
-from simcore.export.result import ExportResult, Gap, Pricing, gap_lines, relative_change
-from simcore.export.targets import MAPPERS, VERSIONS, Deployment, Mapping
 
 __all__ = ["TARGETS", "ExportError", "ExportResult", "Gap", "Pricing", "export_plan", "check_target",
            "gap_lines", "model_source"]
@@ -87,7 +89,6 @@ def _apply(strategy: Strategy, gaps: list[Gap], mapping: Mapping) -> Strategy:
 
 
 def _price(ctx, graph, engine, strategy, gaps, mapping, plan_sim) -> tuple[list[Gap], Pricing]:
-    from simcore.cost.proxy import evaluate
 
     plan = evaluate(ctx, strategy)
     priced = []
@@ -98,7 +99,6 @@ def _price(ctx, graph, engine, strategy, gaps, mapping, plan_sim) -> tuple[list[
     fallback = evaluate(ctx, _apply(strategy, gaps, mapping))
     sim_plan = sim_fallback = None
     if graph is not None:
-        from simcore.engine import EngineConfig, simulate
 
         engine = dataclasses.replace(engine or EngineConfig(), trace=False)
         sim_plan = plan_sim if plan_sim is not None else simulate(ctx, graph, strategy, engine).tokens_per_s_per_gpu

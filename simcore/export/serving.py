@@ -26,17 +26,18 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from simcore.export import model_has_mtp as has
+from simcore.export import model_source
+from simcore.export.targets import MAPPERS, Deployment
 from simcore.models import ModelSpec
 from simcore.serving import Pool, ServingPlan
 from simcore.serving.runtime import RuntimeProfile, get_runtime
-from simcore.export.targets import MAPPERS, Deployment
 
 #: placeholder for an EAGLE-3 draft checkpoint, where the model has no MTP module of its own
 _DRAFT = "${EAGLE3_DRAFT_MODEL}"
 
 
 def model_has_mtp(model: ModelSpec) -> bool:
-    from simcore.export import model_has_mtp as has  # the package imports this module
 
     return has(model)
 
@@ -218,7 +219,6 @@ def serving_launch(plan: ServingPlan, model: ModelSpec, target: str, *, model_pa
     memory fraction come from ``runtime`` (default: the target's own profile), speculative decoding from the
     plan where it sets it, else from ``runtime``; the KV cache's type is
     ``kv_precision`` (``None``: as ``precision``, as ``Workload.kv_precision``)."""
-    from simcore.export import model_source
 
     if target not in SERVING_TARGETS:
         raise ValueError(f"export: {target!r} is not a serving target; valid: {', '.join(SERVING_TARGETS)}")

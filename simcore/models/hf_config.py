@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,6 @@ from simcore.models.reader import (
     qwen_attention,
     short,
     window,
-    windowed_layers,
 )
 from simcore.models.spec import ModelSpec
 

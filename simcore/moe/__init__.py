@@ -12,7 +12,20 @@ and what dispatch and combine cost.
 
 from __future__ import annotations
 
-from simcore.moe.deepep import DEFAULT_DEEPEP, MODES, DeepEPConstants, LinkTokens, fixed_time_s, fp8_token_bytes, kernel_sms, kernel_time_s, link_tokens, mode_for_phase, pair_times_s, uniform_time_s
+from simcore.moe.deepep import (
+    DEFAULT_DEEPEP,
+    MODES,
+    DeepEPConstants,
+    LinkTokens,
+    fixed_time_s,
+    fp8_token_bytes,
+    kernel_sms,
+    kernel_time_s,
+    link_tokens,
+    mode_for_phase,
+    pair_times_s,
+    uniform_time_s,
+)
 from simcore.moe.draws import RoutingDraw, draw_copies, draw_routing, expected_max_load, expected_max_loads
 from simcore.moe.placement import ExpertPlacement, place_experts, slots_per_rank
 from simcore.moe.routing import A2A_KINDS, DISTRIBUTIONS, RoutingConfig, layer_popularity, load_expert_loads

@@ -54,8 +54,8 @@ import numpy as np
 import simpy
 
 from simcore.network.chainset import ChainSet, check_transfer
-from simcore.network.maxmin import max_min_rates
 from simcore.network.ecmp import EcmpRouter
+from simcore.network.maxmin import max_min_rates
 
 __all__ = ["FlowNetwork", "ROUTINGS"]
 

@@ -18,11 +18,11 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 - :mod:`.metrics`: latency and throughput statistics
 """
 
+from simcore.serving.cluster import shape_error
 from simcore.serving.metrics import ServingMetrics
 from simcore.serving.plan import MODES, Pool, ServingPlan, runtime_sharding, runtime_strategy
 from simcore.serving.requests import LengthDist, Request, ServingInputError, read_trace
 from simcore.serving.runtime import RUNTIMES, RuntimeProfile, get_runtime
-from simcore.serving.cluster import shape_error
 from simcore.serving.simulate import ARRIVALS, ServingConfig, ServingResult, simulate_serving
 from simcore.serving.step_cost import GroupBatch, StepCost
 from simcore.serving.worker import PlanInfeasible

@@ -31,6 +31,7 @@ GPUs, parking prefilled KV in host memory in between (:mod:`.seesaw`; no network
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -247,7 +248,6 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
 
     ``fast=False`` takes every step as its own process through the pipeline stages (the reference the
     single-stage fast path is tested against)."""
-    import time
 
     start = time.perf_counter()
     runtime = plan.runtime_for(runtime or cfg.runtime_profile())

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcore.cost.lowering import CostContext
-from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.cost.proxy import BatchResult, evaluate_batch
 from simcore.space.bounds import SearchSpace
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.strategy.sharding import Strategy
 
 __all__ = ["RankedPlans", "megatron_search", "rank", "strategy_from_key"]

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simcore.models import ModelSpec
 from simcore.models import sparse_attention as dsa
 from simcore.strategy.layout import S_FEAT, S_TOK, P, R
-from simcore.models import ModelSpec
 
 __all__ = [
     "SEARCHABLE_OPS", "CHOICES", "DIM0", "DIM1", "REPLICATED", "FusedOp", "model_ops",
