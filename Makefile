@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 bench: $(STAMP)
-	$(VENV)/bin/python -m validation.bench_proxy
+	$(VENV)/bin/python -m validation.bench.proxy
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

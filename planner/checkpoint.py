@@ -4,6 +4,11 @@ A checkpoint is a pickle of the planner and its evaluator (history, cache, rando
 plus the config it was made with. The cost context and the action space are not pickled: they are
 rebuilt from the config on resume and re-attached (pickle's persistent ids), so a checkpoint stays
 small and a resumed run uses exactly the objects a fresh one would.
+
+A checkpoint is read back through :mod:`planner.safe_pickle`: it may construct plain data, numpy
+arrays and generators, config nodes (omegaconf's, of the project's schemas) and the classes in
+:data:`CHECKPOINT_CLASSES`, nothing else, so a crafted file is refused, naming what it asked for,
+instead of running it. A checkpoint missing one of the fields a resume reads is refused naming it.
 """
 
 from __future__ import annotations
@@ -14,12 +19,42 @@ import os
 import pickle
 import signal
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CHECKPOINT_NAME", "save_checkpoint", "load_checkpoint", "config_difference", "StopRequest"]
+from planner import safe_pickle
+from planner.errors import UserError
+
+__all__ = ["CHECKPOINT_NAME", "CHECKPOINT_CLASSES", "save_checkpoint", "load_checkpoint", "config_difference",
+           "StopRequest"]
 
 CHECKPOINT_NAME = "checkpoint.pkl"
 _VERSION = 1
+
+#: the planners a checkpoint may hold (``state["planner"]``)
+_PLANNERS = frozenset({"planner.search.PPOSearch", "planner.baselines.RandomSearch", "planner.baselines.RandomWalk",
+                       "planner.baselines.Annealing", "planner.baselines.Genetic"})
+_EVALUATOR = "planner.evaluator.Evaluator"
+
+#: the project's classes a checkpoint holds besides data and config nodes: the planner, the
+#: evaluator and what they keep (the config schemas of ``cfg`` are allowed by
+#: :func:`planner.safe_pickle.is_config_schema`)
+CHECKPOINT_CLASSES = _PLANNERS | {_EVALUATOR, "planner.elite.Elite", "planner.ppo.PPOConfig"}
+
+_ALLOWED = safe_pickle.DATA | safe_pickle.OMEGACONF | CHECKPOINT_CLASSES
+
+#: what a resume reads from a checkpoint, each with the check its value must pass and what that means
+_FIELDS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "config": (lambda v: isinstance(v, dict), "a dict"),
+    "planner": (lambda v: _qualname(v) in _PLANNERS, "a planner"),
+    "evaluator": (lambda v: _qualname(v) == _EVALUATOR, f"an {_EVALUATOR}"),
+    "chunk": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a chunk count"),
+    "wall_s": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number of seconds"),
+}
+
+
+def _qualname(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
 class _Pickler(pickle.Pickler):
@@ -29,17 +64,6 @@ class _Pickler(pickle.Pickler):
 
     def persistent_id(self, obj):
         return self._ids.get(id(obj))
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, fh, external: dict[str, object]):
-        super().__init__(fh)
-        self._external = external
-
-    def persistent_load(self, pid):
-        if pid not in self._external:
-            raise pickle.UnpicklingError(f"checkpoint refers to {pid!r}, which this run does not provide")
-        return self._external[pid]
 
 
 def save_checkpoint(run_dir: str | os.PathLike, state: dict, external: dict[str, object]) -> Path:
@@ -63,18 +87,27 @@ def save_checkpoint(run_dir: str | os.PathLike, state: dict, external: dict[str,
 
 
 def load_checkpoint(run_dir: str | os.PathLike, external: dict[str, object]) -> dict:
-    """The state saved in ``run_dir``; ``ValueError`` naming the problem if there is none or it is
-    unreadable."""
+    """The state saved in ``run_dir``, read through :mod:`planner.safe_pickle` (module doc), with
+    every field a resume reads; a one-line :class:`~planner.errors.UserError` naming the file and the
+    problem if there is none, it is unreadable, asks for a class no checkpoint holds, or lacks a field."""
     path = Path(run_dir) / CHECKPOINT_NAME
     if not path.is_file():
-        raise ValueError(f"resume: no {CHECKPOINT_NAME} in {run_dir}")
+        raise UserError(f"resume: no {CHECKPOINT_NAME} in {run_dir}")
     try:
         with path.open("rb") as fh:
-            state = _Unpickler(fh, external).load()
-    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
-        raise ValueError(f"resume: {path} is not a readable checkpoint ({exc})") from None
+            state = safe_pickle.load(fh, _ALLOWED, external, rule=safe_pickle.is_config_schema)
+    except safe_pickle.RefusedPickle as exc:
+        raise UserError(f"resume: {path}: {exc}") from None
+    except (pickle.UnpicklingError, EOFError) as exc:
+        raise UserError(f"resume: {path} is not a readable checkpoint ({exc or 'empty'})") from None
     if not isinstance(state, dict) or state.get("version") != _VERSION:
-        raise ValueError(f"resume: {path} was written by another version of shard-search")
+        raise UserError(f"resume: {path} was written by another version of shard-search")
+    missing = [name for name in _FIELDS if name not in state]
+    if missing:
+        raise UserError(f"resume: {path} has no {missing[0]!r}")
+    for name, (check, meaning) in _FIELDS.items():
+        if not check(state[name]):
+            raise UserError(f"resume: {path}: {name!r} is not {meaning} (a {_qualname(state[name])})")
     return state
 
 

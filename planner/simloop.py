@@ -35,7 +35,7 @@ import numpy as np
 import simcore
 import topologies
 from planner.megatron import canonical_key, strategy_from_key
-from planner.rerank import Reranked, _score
+from planner.rerank import Reranked, _verdict, rank_valid
 from simcore.cost.proxy import evaluate
 
 __all__ = ["SimMemo", "ProxyCorrection", "LoopResult", "plan_features", "sim_in_the_loop", "rerank_search_loop",
@@ -47,19 +47,22 @@ FEATURES = ("bias", "compute_share", "comm_share", "bubble_share", "log_tp", "lo
 
 class SimMemo:
     """``key -> (tokens/s/GPU, valid)`` memo around ``simulate(key)``; ``path`` (a ``.jsonl``) keeps it
-    on disk across runs, lines tagged with ``fingerprint`` (lines of another fingerprint are ignored)."""
+    on disk across runs, lines tagged with ``fingerprint`` (lines of another fingerprint are ignored).
+    ``simulate`` may also return an invalid plan's reasons, kept in ``reasons[key]``."""
 
-    def __init__(self, simulate: Callable[[tuple], tuple[float, bool]], path: str | Path | None = None,
+    def __init__(self, simulate: Callable[[tuple], tuple], path: str | Path | None = None,
                  fingerprint: str = ""):
         self._simulate, self.fingerprint = simulate, fingerprint
         self.path = None if path is None else Path(path)
         self.cache: dict[tuple, tuple[float, bool]] = {}
+        self.reasons: dict[tuple, list[str]] = {}
         self.hits = self.misses = 0
         if self.path is not None and self.path.exists():
             for line in self.path.read_text().splitlines():
                 rec = json.loads(line)
                 if rec.get("fingerprint") == fingerprint:
                     self.cache[tuple(rec["key"])] = (float(rec["tokens_per_s_per_gpu"]), bool(rec["valid"]))
+                    self.reasons[tuple(rec["key"])] = list(rec.get("reasons", []))
 
     def __call__(self, key) -> tuple[float, bool]:
         key = tuple(int(v) for v in key)
@@ -67,13 +70,15 @@ class SimMemo:
             self.hits += 1
             return self.cache[key]
         self.misses += 1
-        value, valid = self._simulate(key)
+        value, valid, *reasons = self._simulate(key)
         self.cache[key] = (float(value), bool(valid))
+        self.reasons[key] = list(reasons[0]) if reasons else []
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as f:
                 f.write(json.dumps({"fingerprint": self.fingerprint, "key": list(key),
-                                    "tokens_per_s_per_gpu": float(value), "valid": bool(valid)}) + "\n")
+                                    "tokens_per_s_per_gpu": float(value), "valid": bool(valid),
+                                    "reasons": self.reasons[key]}) + "\n")
         return self.cache[key]
 
 
@@ -185,13 +190,11 @@ def rerank_search_loop(ctx, result, pool: int, k: int, budget: int, evaluator: C
     for key in keys:
         p = evaluate(ctx, strategy_from_key(key))
         feats.append(plan_features(key, p.by_category, p.step_time_s))
-    memo = SimMemo(lambda key: _score(evaluator(strategy_from_key(key))), cache, fingerprint)
+    memo = SimMemo(lambda key: _verdict(evaluator(strategy_from_key(key))), cache, fingerprint)
     loop = sim_in_the_loop(keys, proxy, np.array(feats), memo, budget=max(budget, len(first)), seed=len(first))
-    out = [Reranked(strategy_from_key(keys[i]), float(proxy[i]), i + 1, *memo(keys[i])) for i in loop.simulated]
-    out.sort(key=lambda r: (not r.valid, -r.tokens_per_s_per_gpu, r.proxy_rank))
-    for i, r in enumerate(out, 1):
-        r.rank = i
-    return out
+    out = [Reranked(strategy_from_key(keys[i]), float(proxy[i]), i + 1, *memo(keys[i]),
+                    reasons=memo.reasons.get(tuple(int(v) for v in keys[i]), [])) for i in loop.simulated]
+    return rank_valid(out)
 
 
 def code_fingerprint() -> str:

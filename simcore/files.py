@@ -8,6 +8,7 @@ never leaves half a file."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tempfile
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["strict", "dumps", "atomic_write_text", "atomic_save_figure", "atomic_write_json"]
+__all__ = ["strict", "dumps", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "pyplot"]
 
 
 def strict(value):
@@ -82,3 +83,17 @@ def _jsonable(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the headless Agg backend, its library noise kept off stdout and the run
+    logs: matplotlib's first import in a fresh environment builds its font cache and says so through the
+    ``matplotlib.font_manager`` logger ("generating new fontManager, this may take some time"), which
+    Hydra's logging would print beside the results."""
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    import matplotlib  # heavy: imported only where a figure is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -10,8 +10,8 @@ import pytest
 
 from simcore.collectives import DEFAULT, Fabric, collective_time_s
 from simcore.hardware.gpus import get_gpu
-from validation import fit_collectives
 from validation.studies import collectives as study
+from validation.studies.collectives import fit as fit_collectives
 
 HEADER = list(study.COLUMNS)
 FAB = Fabric.from_gpu(get_gpu("h100-sxm"))

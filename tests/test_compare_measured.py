@@ -1,10 +1,10 @@
-"""validation.compare_measured: our own H100 forward-pass timings against the model without a runtime."""
+"""validation.studies.inference.compare_measured: our own H100 forward-pass timings against the model without a runtime."""
 
 import json
 
 import pytest
 
-from validation import compare_measured
+from validation.studies.inference import compare_measured
 
 
 def test_shipped_measurements_are_scored_and_end_with_json(capsys):

@@ -152,7 +152,7 @@ def test_routing_study_adaptive_balances_uplinks_and_reaches_the_idle_time():
     crossing each leaf evenly over its 4 spines, so the ring is never uplink-bound and takes its
     analytic time; ECMP's hash stacks channels on some uplink for some seeds."""
     from simcore.collectives import collective_time_s
-    from validation.routing_study import run_workload
+    from validation.studies.collectives.network_routing import run_workload
 
     g = ib_fattree(8, oversubscription=2.0, nodes_per_leaf=2)
     adaptive = run_workload(g, "ring_allgather", "adaptive")

@@ -177,14 +177,13 @@ def test_scenario_figures_by_hand_leave_out_simulator_failures():
 
 
 def test_a_simulator_exception_becomes_a_row_error(monkeypatch):
-    import simcore.engine
-    from validation.studies.fidelity.simulate import _simulate_one
+    from validation.studies.fidelity import simulate as fidelity_simulate
 
     def boom(*args, **kwargs):
         raise RuntimeError("preempted\nsecond line")
 
-    monkeypatch.setattr(simcore.engine, "simulate", boom)
-    out = _simulate_one(("dense-70b-1node", (8, 1, 1, 1, 8, 1) + (0,) * 12, True))
+    monkeypatch.setattr(fidelity_simulate, "simulate", boom)
+    out = fidelity_simulate._simulate_one(("dense-70b-1node", (8, 1, 1, 1, 8, 1) + (0,) * 12, True))
     assert out["error"] == "RuntimeError: preempted" and out["step_time_s"] != out["step_time_s"]
 
 

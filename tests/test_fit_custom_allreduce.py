@@ -13,7 +13,7 @@ from simcore.serving import get_runtime
 from simcore.serving.step_cost import StepCost, custom_all_reduce_time_s
 from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
-from validation import fit_custom_allreduce as fca
+from validation.studies.collectives import fit_custom_allreduce as fca
 
 _HEAD = ["source_url", "gpu", "world_size", "implementation", "cuda_graph", "size_bytes", "time_us", "note", "split"]
 

@@ -8,7 +8,7 @@ import pytest
 
 from simcore.hardware.gpus import get_gpu
 from simcore.models import linear_attention as gdn
-from validation import fit_linear_attention as fla_fit
+from validation.studies.attention import fit_linear as fla_fit
 
 FIELDS = ["source_url", "kernel", "shape_or_size", "dtype", "metric", "value", "unit", "note", "split"]
 SHAPES = [("gdn recurrent decode", s, 1) for s in (1, 16, 64, 256)] + \
@@ -86,8 +86,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, capsys, case, message) -> None:
 
 
 def test_the_timing_script_refuses_a_model_without_linear_attention_before_looking_for_a_gpu(tmp_path) -> None:
-    from validation import measure_linear_attention
-
+    from validation.studies.attention import measure_linear as measure_linear_attention
     for bad in ("llama-3.1-8b", "no-such-model"):
         with pytest.raises(SystemExit) as exc:
             measure_linear_attention.main(["--out", str(tmp_path / "g.csv"), "--models", bad])

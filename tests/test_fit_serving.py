@@ -1,4 +1,4 @@
-"""``python -m validation.fit_serving --moe``: it recovers the MoE constants a row was made with, and never
+"""``python -m validation.studies.serving.fit --moe``: it recovers the MoE constants a row was made with, and never
 simulates a test-set row."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 
 from simcore.serving import get_runtime
-from validation import fit_serving
+from validation.studies.serving import fit as fit_serving
 from validation.studies.serving import simulate_case, split_of
 from validation.studies.serving.mapping import map_row
 

@@ -94,3 +94,11 @@ def test_each_study_is_a_package_with_an_entry() -> None:
         tree = ast.parse(entry.read_text())
         defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
         assert {"run", "main"} & defined, f"{entry}: no run() or main()"
+
+
+def test_the_validation_root_holds_no_scripts() -> None:
+    """Every fit, measurement and report script lives in the package of its study (``studies/<study>/``), the
+    benchmarks in ``bench/``, what they share in ``studies/common/``: the root holds only the package marker."""
+    assert sorted(p.name for p in (ROOT / PACKAGE).glob("*.py")) == ["__init__.py"]
+    packages = {p.name for p in (ROOT / PACKAGE).iterdir() if (p / "__init__.py").is_file()}
+    assert packages == {"apps", "bench", "report", "studies"}

@@ -113,7 +113,8 @@ def test_masked_mha_generation_reads_the_kv_cache_once_per_query_head():
 
 
 def test_fit_scripts_refuse_test_rows(tmp_path, capsys):
-    from validation import fit_inference, fit_kernels
+    from validation.studies.inference import fit as fit_inference
+    from validation.studies.kernels import fit as fit_kernels
 
     shipped = Path(__file__).resolve().parent.parent / "validation" / "data"
     for main, name in ((fit_inference.main, "inference_test.csv"), (fit_kernels.main, "kernels_h100_test.csv")):

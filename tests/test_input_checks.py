@@ -142,7 +142,7 @@ def test_shard_sim_serving_exports_the_plans_launch(tmp_path, monkeypatch):
     ``shard-search workload=serving`` writes for the same plan and target, and refuses what it cannot launch."""
     from planner.apps.serve import run_serving_sim
 
-    monkeypatch.setattr("planner.apps.common.run_dir", lambda: tmp_path)
+    monkeypatch.setattr("planner.apps.serve.run_dir", lambda: tmp_path)  # where run_serving_sim looks it up
     cfg = _serving_cfg("serving.plan.pool.tp=8", "serving.num_requests=16", "serving.concurrency=4",
                        "export=sglang")
     run_serving_sim(cfg)

@@ -1,4 +1,4 @@
-"""validation.jsonline: the figures' JSON is strict JSON (no NaN or Infinity)."""
+"""simcore.files.dumps: the figures' JSON is strict JSON (no NaN or Infinity)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from validation import jsonline
+from simcore.files import dumps
 
 
 def test_non_finite_numbers_become_null_and_the_rest_is_kept():
     value = {"a": math.nan, "b": [1.5, np.float64("inf"), (2, -math.inf)], "c": {"d": np.float64(0.25), "e": "NaN"}}
-    text = jsonline.dumps(value)
+    text = dumps(value)
     assert json.loads(text) == {"a": None, "b": [1.5, None, [2, None]], "c": {"d": 0.25, "e": "NaN"}}
     assert "NaN" not in text.replace('"NaN"', "") and "Infinity" not in text
     with pytest.raises(ValueError):  # json.dumps itself would have written NaN
@@ -22,12 +22,11 @@ def test_non_finite_numbers_become_null_and_the_rest_is_kept():
 
 def test_numpy_float32_and_arrays_are_strict_too():
     """``default=float`` would turn a float32 nan into a float only after the walk, and json refuses it."""
-    text = jsonline.dumps({"f32": np.float32("nan"), "arr": np.array([1.0, np.nan]), "ok": np.float32(0.5)},
-                          default=float)
+    text = dumps({"f32": np.float32("nan"), "arr": np.array([1.0, np.nan]), "ok": np.float32(0.5)}, default=float)
     assert json.loads(text) == {"f32": None, "arr": [1.0, None], "ok": 0.5}
 
 
-def test_every_tool_prints_its_figures_through_jsonline():
+def test_every_tool_prints_its_figures_through_strict_dumps():
     """The last line of every benchmark, fit and study is strict JSON: none prints ``json.dumps`` itself."""
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Kernel time model (simcore.hardware.kernels) and its calibration script (validation.fit_kernels)."""
+"""Kernel time model (simcore.hardware.kernels) and its calibration script (validation.studies.kernels.fit)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ from simcore.hardware.kernels import (
     gemm_time_s,
     memory_time_s,
 )
-from validation import fit_kernels
+from validation.studies.kernels import fit as fit_kernels
+from validation.studies.kernels.model import predicted_over_measured
+from validation.studies.kernels.rows import DEFAULT_DATA, load_samples
 
 # Round numbers so every expectation below is hand-computable and independent of the fitted defaults.
 GPU = get_gpu("h100-sxm").with_overrides(gemm_tile=128, gemm_efficiency={"bf16": 0.8, "fp8": 0.7},
@@ -153,7 +155,7 @@ def test_fit_uses_the_fit_rows_and_no_constant_beats_it_there(shipped_fit):
     assert shipped_fit["rows_used"] == 443 and shipped_fit["rows_skipped"] == 408
     assert any("FP32" in reason and count == 375 for reason, count in shipped_fit["skipped"].items())
     assert set(shipped_fit["by_split"]) == {"fit"}
-    samples, _ = fit_kernels.load_samples(fit_kernels.DEFAULT_DATA)
+    samples, _ = load_samples(DEFAULT_DATA)
     gpu = get_gpu("h100-sxm")
     p = shipped_fit["params"]
     fitted = gpu.with_overrides(gemm_efficiency={"bf16": p["gemm_efficiency_bf16"], "fp8": p["gemm_efficiency_fp8"]},
@@ -161,7 +163,7 @@ def test_fit_uses_the_fit_rows_and_no_constant_beats_it_there(shipped_fit):
                                 kernel_overhead_s=p["kernel_overhead_s"])
 
     def cost(g):
-        ratio = fit_kernels._predicted_over_measured([s for s in samples if not s.decode], g)
+        ratio = predicted_over_measured([s for s in samples if not s.decode], g)
         return float(np.sum(np.log(ratio) ** 2))
 
     for field, value in (("hbm_efficiency", p["hbm_efficiency"]), ("attention_efficiency", p["attention_efficiency"])):
@@ -178,7 +180,7 @@ def test_decode_fill_is_the_median_residual_of_decode_rows(tmp_path):
         seconds = float(attention_time_s(flops, size, gpu, "bf16")) + 20e-6
         rows.append(("FlashAttention decode", f"B=8 H=32 Hkv=8 Sq=1 S={s} D=128", "BF16", f"{seconds * 1e6:.6f}", "us"))
     _write_csv(tmp_path / "decode.csv", rows)
-    samples, _ = fit_kernels.load_samples(tmp_path / "decode.csv")
+    samples, _ = load_samples(tmp_path / "decode.csv")
     assert all(s.decode for s in samples)
     assert fit_kernels.fit_decode_fill(samples, gpu) == pytest.approx(20e-6, rel=1e-4)
     assert float(attention_time_s(1.0, 1.0, gpu, "bf16", decode=True) - attention_time_s(1.0, 1.0, gpu, "bf16")) \
@@ -205,9 +207,9 @@ def test_hardware_defaults_are_the_fitted_values(shipped_fit):
 
 def test_fit_refuses_test_rows_and_scores_them_per_split(capsys):
     with pytest.raises(SystemExit, match="test row"):
-        fit_kernels.main(["--no-rows", "--data", str(fit_kernels.DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
-    scored = fit_kernels.main(["--no-rows", "--no-fit", "--data", str(fit_kernels.DEFAULT_DATA),
-                               str(fit_kernels.DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
+        fit_kernels.main(["--no-rows", "--data", str(DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
+    scored = fit_kernels.main(["--no-rows", "--no-fit", "--data", str(DEFAULT_DATA),
+                               str(DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
     assert set(scored["by_split"]) == {"fit", "test"}
     assert scored["by_split"]["test"]["attention"]["rows"] == 12
     assert "test (out of sample), 307 rows" in capsys.readouterr().out
@@ -242,7 +244,7 @@ def test_fit_recovers_known_parameters_from_synthetic_data(tmp_path):
     rows.append(("XLA GPU dot", "b=2 m=128 n=128 k=128", "F32", "10", "TFLOP/s"))
     rows.append(("Mystery kernel", "?", "BF16", "10", "TFLOP/s"))
     _write_csv(tmp_path / "synthetic.csv", rows)
-    samples, skipped = fit_kernels.load_samples(tmp_path / "synthetic.csv")
+    samples, skipped = load_samples(tmp_path / "synthetic.csv")
     assert len(samples) == 22 and [reason[2][:5] for reason in skipped] == ["FP32/", "unrec"]
     fitted, cost = fit_kernels.fit(samples, get_gpu("h100-sxm"))
     assert fitted.gemm_tile == 128 and cost < 1e-10
@@ -263,7 +265,7 @@ def test_loader_parses_shape_conventions_and_batches(tmp_path):
         ("FlashAttention 2.0", "batch 2, seqlen 8192, head dim 128", "not stated", "~330", "TFLOP/s"),
         ("nvbandwidth: Host to Device", "not stated", "n/a", "51", "GB/s"),
     ])
-    samples, skipped = fit_kernels.load_samples(tmp_path / "shapes.csv")
+    samples, skipped = load_samples(tmp_path / "shapes.csv")
     expected_dims = [(256, 512, 1024, 4), (4096, 4096, 7168, 8), (1024, 2048, 13312, 1)]
     assert [s.dims for s in samples[:3]] == expected_dims
     assert samples[0].measured_s == pytest.approx(2 * 4 * 256 * 512 * 1024 / 100e12)
@@ -278,7 +280,7 @@ def test_attention_rows_with_decode_queries_and_grouped_kv_heads(tmp_path):
         ("Attention forward: flash", "B=2 H=8 S=1024 D=128 causal=1", "BF16", "100", "us"),
         ("Attention forward: flash", "B=64 H=64 Hkv=8 Sq=1 S=2048 D=128", "BF16", "200", "us"),
     ])
-    samples, skipped = fit_kernels.load_samples(tmp_path / "attn.csv")
+    samples, skipped = load_samples(tmp_path / "attn.csv")
     assert not skipped
     prefill, decode = samples
     assert prefill.flops == 4 * 2 * 8 * 1024 * 1024 * 128 * 0.5
@@ -304,9 +306,9 @@ def test_several_data_files_fit_together_and_no_fit_scores_the_catalog(tmp_path,
 
 
 def test_shipped_h100_measurements_are_predicted_out_of_sample():
-    """Our own H100 timings (validation/measure_h100.py) against the catalog fitted on published rows."""
+    """Our own H100 timings (validation/studies/kernels/measure.py) against the catalog fitted on published rows."""
     scored = fit_kernels.main(["--no-rows", "--no-fit", "--data",
-                               str(fit_kernels.DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
+                               str(DEFAULT_DATA.parent / "kernels_h100_measured.csv")])
     assert scored["rows_used"] == 307 and scored["rows_skipped"] == 0
     assert scored["families"]["gemm_bf16"]["median_abs_rel_err"] < 0.10
     assert scored["families"]["gemm_fp8"]["median_abs_rel_err"] < 0.10

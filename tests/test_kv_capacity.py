@@ -1,4 +1,4 @@
-"""`python -m validation.kv_capacity`: the simulator's KV-cache size against the runtimes' start-up logs."""
+"""`python -m validation.studies.serving.kv_capacity`: the simulator's KV-cache size against the runtimes' start-up logs."""
 
 import csv
 
@@ -6,9 +6,9 @@ import pytest
 
 from simcore.serving import get_runtime
 from simcore.serving.kvcache import kv_capacity_tokens
-from validation import kv_capacity as kc
-from validation.split import BadInput
+from validation.studies.common.cli import BadInput
 from validation.studies.serving import case_runtime
+from validation.studies.serving import kv_capacity as kc
 from validation.studies.serving.mapping import map_row
 
 _HEAD = ["source_url", "runtime", "runtime_version", "system", "model_path", "weights_precision", "kv_cache_dtype",
@@ -101,7 +101,7 @@ def test_a_file_without_the_columns_or_rows_is_refused(tmp_path):
 
 def test_the_cli_exits_2_on_a_bad_argument(capsys):
     with pytest.raises(SystemExit) as exit_:
-        from validation.split import run_script
+        from validation.studies.common.cli import run_script
         run_script(lambda: kc.main(["--nope"]))
     assert exit_.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
 
@@ -157,6 +157,6 @@ def test_reserve_gib_scores_vllm_at_another_reserve_and_refuses_a_bad_one(capsys
     for bad in (["--reserve-gib", "-1"], ["--reserve-gib", "nan"], ["--reserve-gib", "0", "--fit"]):
         capsys.readouterr()
         with pytest.raises(SystemExit) as exit_:
-            from validation.split import run_script
+            from validation.studies.common.cli import run_script
             run_script(lambda bad=bad: kc.main(bad))
         assert exit_.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1

@@ -16,7 +16,7 @@ from simcore.network import maxmin
 from simcore.network.flownet import FlowNetwork
 from simcore.network.maxmin import max_min_rates, unsettled_flows
 from topologies import build_topology, gpu_nodes, ib_fattree, ib_rail
-from validation.bench_network import alltoall, hierarchical_allreduce, ring_allreduce, run_case
+from validation.bench.network import alltoall, hierarchical_allreduce, ring_allreduce, run_case
 
 GB = 1e9
 

@@ -1,5 +1,6 @@
 """Planners: action space and masks, evaluator accounting, budgets, determinism, checkpoint and resume."""
 
+from dataclasses import fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from planner.actions import ActionSpace
 from planner.checkpoint import config_difference
-from planner.config import PlannerConfig, check_planner
+from planner.config import SCHEMAS, PlannerBaseConfig, PPOPlannerConfig, check_planner, planner_config
 from planner.elite import Elite
 from planner.evaluator import Evaluator
 from planner.megatron import strategy_from_key
@@ -27,14 +28,18 @@ DIVISIBILITY = bit("heads_divisibility") | bit("feature_divisibility") | bit("ba
 
 @pytest.fixture(scope="module")
 def dense():
-    from validation.scenarios import scenario_context
+    from validation.studies.common.scenarios import scenario_context
 
     ctx = scenario_context("dense-70b-1node")
     return ctx, SearchSpace.for_context(ctx)
 
 
-def small(name: str, **changes) -> PlannerConfig:
-    return PlannerConfig(**({"name": name, "budget": 60, "chunks": 3, "d_model": 32, "hidden": 32} | changes))
+SMALL = {"budget": 60, "chunks": 3, "d_model": 32, "hidden": 32}  # each planner takes those it has
+
+
+def small(name: str, **changes) -> PlannerBaseConfig:
+    knobs = {f.name for f in fields(SCHEMAS[name])}
+    return planner_config(name, **({k: v for k, v in SMALL.items() if k in knobs} | changes))
 
 
 # ----- action space ------------------------------------------------------------------------------------
@@ -248,5 +253,5 @@ def test_config_difference_names_the_first_differing_key():
 ])
 def test_bad_planner_values_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
-        check_planner(PlannerConfig(**{field: value}))
-    check_planner(PlannerConfig(tau=1.0))
+        check_planner(PPOPlannerConfig(**{field: value}))
+    check_planner(PPOPlannerConfig(tau=1.0))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from planner.actions import REDUNDANT, ActionSpace
-from planner.config import PlannerConfig
+from planner.config import planner_config
 from planner.evaluator import Evaluator
 from planner.exact import brute_force, exact_optimum
 from planner.megatron import BASE_WIDTH, KEY_WIDTH, canonical_key, full_keys, strategy_from_key
@@ -139,7 +139,8 @@ def test_top_k_with_replicas_equals_brute_force():
 @pytest.mark.parametrize("name", ["ppo", "random", "genetic"])
 def test_search_finds_replicas_under_zipf_routing(name):
     ctx = qwen()
-    result = run_planner(ctx, SPACE, PlannerConfig(name=name, budget=120, chunks=3, d_model=32, hidden=32), 0)
+    network = {"d_model": 32, "hidden": 32} if name == "ppo" else {}
+    result = run_planner(ctx, SPACE, planner_config(name, budget=120, chunks=3, **network), 0)
     exact = exact_optimum(ctx, SPACE).tokens_per_s_per_gpu
     assert result.keys.shape[1] == KEY_WIDTH and result.best_key[BASE_WIDTH] > 0
     assert result.best_strategy.redundant_experts == result.best_key[BASE_WIDTH]
@@ -150,9 +151,9 @@ def test_megatron_keeps_no_replicas_and_candidates_write_them(tmp_path):
     from planner.apps.outputs import sharding_diff, write_candidates
 
     ctx = qwen()
-    meg = run_planner(ctx, SPACE, PlannerConfig(name="megatron"), 0)
+    meg = run_planner(ctx, SPACE, planner_config("megatron"), 0)
     assert meg.keys.shape[1] == KEY_WIDTH and not meg.keys[:, BASE_WIDTH].any()
-    result = run_planner(ctx, SPACE, PlannerConfig(name="random", budget=40), 0)
+    result = run_planner(ctx, SPACE, planner_config("random", budget=40), 0)
     write_candidates(tmp_path / "candidates.csv", result)
     rows = [line.split(",") for line in (tmp_path / "candidates.csv").read_text().splitlines()]
     col = rows[0].index("redundant_experts")

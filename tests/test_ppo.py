@@ -1,12 +1,13 @@
 """PPO pieces: masked log-probabilities, the update's direction, early exit, the logged diagnostics."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from planner.config import PlannerConfig
+from planner.config import PPOPlannerConfig
 from planner.policy import Policy, masked_log_probs
 from planner.ppo import PPO, PPOConfig, Rollout
 from planner.runner import run_planner
@@ -80,9 +81,9 @@ def test_cosine_learning_rate():
 def test_tiny_budget_ppo_smoke_and_early_exit():
     ctx = make_ctx("llama-3.1-8b", 8, tpot_slo_s=0.05)
     space = SearchSpace.for_context(ctx, batch=(8, 64, 256))
-    cfg = PlannerConfig(name="ppo", budget=40, chunks=2, d_model=16, n_heads=2, hidden=16)
+    cfg = PPOPlannerConfig(budget=40, chunks=2, d_model=16, n_heads=2, hidden=16)
     result = run_planner(ctx, space, cfg, seed=0)
     assert result.calls == 40 and result.best_key is not None and result.metrics
     assert {"approx_kl", "clipfrac", "entropy", "explained_variance", "restart"} <= set(result.metrics[0])
-    eager = run_planner(ctx, space, PlannerConfig(**{**cfg.__dict__, "tau": 1e-6}), seed=0)
+    eager = run_planner(ctx, space, dataclasses.replace(cfg, tau=1e-6), seed=0)
     assert eager.metrics[-1]["restart"] > result.metrics[-1]["restart"]  # exits after every update

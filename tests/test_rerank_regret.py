@@ -12,7 +12,7 @@ from planner.simloop import FEATURES, ProxyCorrection, SimMemo, sim_in_the_loop
 from planner.space import SearchSpace
 from planner.topk import top_k
 from tests.conftest import make_ctx
-from validation.rerank_regret import regret
+from validation.studies.fidelity.rerank_regret import regret
 
 CASES = [
     ("llama-3.1-70b", 8, {}, SearchSpace(8, (1, 2, 4, 8), (1,), (1, 2, 4), (8, 64, 256, 1024), (1, 2))),
@@ -164,7 +164,7 @@ def test_shard_search_with_the_simulator_in_the_loop_memoizes_in_the_run_dir(tmp
 
 
 def test_rerank_regret_cli_prints_tables_and_one_json_line(tmp_path, capsys):
-    from validation.rerank_regret import main
+    from validation.studies.fidelity.rerank_regret import main
 
     args = ["--scenarios", "dense-70b-prefill", "--pool", "20", "--k", "4", "--budget", "6", "--out", str(tmp_path)]
     headline = main(args)

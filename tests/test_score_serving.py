@@ -1,4 +1,4 @@
-"""validation.score_serving: runtime values scored on serving rows as the study scores them."""
+"""validation.studies.serving.score: runtime values scored on serving rows as the study scores them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from conftest import write_rows
 
-from validation import score_serving
 from validation.studies.serving import load_cases, simulate_case
+from validation.studies.serving import score as score_serving
 
 _DATA = score_serving._DATA
 

@@ -154,8 +154,8 @@ def test_explain_serving_cli(tmp_path, capsys):
     import subprocess
     import sys
 
-    from validation.explain_serving import main
     from validation.studies.serving import load_cases, simulate_case
+    from validation.studies.serving.explain import main
 
     data = _row_csv(tmp_path)
     out = main(["small", "--data", str(data)])["small"]
@@ -175,7 +175,7 @@ def test_explain_serving_cli(tmp_path, capsys):
                        (["small", "--data", str(tmp_path / "none.csv")], "--data")):
         if "--data" not in args:
             args = [*args, "--data", str(data)]
-        proc = subprocess.run([sys.executable, "-m", "validation.explain_serving", *args], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "validation.studies.serving.explain", *args], capture_output=True,
                               text=True, timeout=300)
         assert proc.returncode == 2 and word in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
@@ -183,7 +183,7 @@ def test_explain_serving_cli(tmp_path, capsys):
 def test_explain_serving_census(tmp_path):
     """--split: every row of the set the study simulates (the skipped one left out), grouped by model,
     backend and what sets the pace; its counts agree with the row's own explanation."""
-    from validation.explain_serving import main
+    from validation.studies.serving.explain import main
 
     data = _row_csv(tmp_path)
     one = main(["small", "--data", str(data)])["small"]

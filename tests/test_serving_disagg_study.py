@@ -1,4 +1,4 @@
-"""validation.serving_disagg: one mode searched alone (its optimum with --method exact), both compared."""
+"""validation.studies.serving.disagg: one mode searched alone (its optimum with --method exact), both compared."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from validation import serving_disagg
+from validation.studies.serving import disagg as serving_disagg
 
 
 def test_one_mode_alone_names_no_winner(capsys):
@@ -52,7 +52,7 @@ def test_searches_run_with_the_planner_settings_shard_search_uses(monkeypatch):
     from types import SimpleNamespace
 
     from planner.config import PlannerConfig
-    from validation.scenarios import planner_config
+    from validation.studies.common.scenarios import planner_config
 
     seen = []
 

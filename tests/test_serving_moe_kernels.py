@@ -12,7 +12,7 @@ from simcore.models import get_model
 from simcore.serving import GroupBatch, ServingInputError, StepCost, get_runtime
 from simcore.strategy.sharding import megatron_strategy
 from simcore.workload import Workload
-from validation import fit_moe_kernels
+from validation.studies.moe import fit_kernels as fit_moe_kernels
 
 
 def _cost(model: str, efficiency: float | None, tp: int = 8) -> StepCost:
@@ -145,8 +145,7 @@ def test_the_fit_refuses_test_rows_and_names_a_bad_value(tmp_path):
 
 @pytest.mark.parametrize("flag", ["--tokens", "--experts"])
 def test_the_timing_script_refuses_a_count_below_one_before_looking_for_a_gpu(tmp_path, flag):
-    from validation import measure_moe
-
+    from validation.studies.moe import measure_kernels as measure_moe
     with pytest.raises(SystemExit) as exc:
         measure_moe.main(["--out", str(tmp_path / "m.csv"), flag, "4", "0"])
     assert exc.value.code == 2
@@ -154,8 +153,7 @@ def test_the_timing_script_refuses_a_count_below_one_before_looking_for_a_gpu(tm
 
 @pytest.mark.parametrize("ops", ["10", "many"])
 def test_the_launch_timer_refuses_a_bad_count_before_looking_for_a_gpu(tmp_path, ops):
-    from validation import measure_launch
-
+    from validation.studies.serving import measure_launch
     with pytest.raises(SystemExit) as exc:
         measure_launch.main(["--out", str(tmp_path / "l.csv"), "--ops", ops])
     assert exc.value.code == 2
@@ -230,8 +228,8 @@ def test_the_decode_price_of_a_call_is_the_lowerings_expert_gemms_plus_the_fixed
     assert 1.5 * gemms < halved <= 2.0 * gemms  # weight reads dominate a 4-token call
 
 
-@pytest.mark.parametrize("module", ["validation.fit_moe_kernels", "validation.fit_kernels", "validation.fit_inference",
-                                    "validation.compare_measured"])
+@pytest.mark.parametrize("module", ["validation.studies.moe.fit_kernels", "validation.studies.kernels.fit", "validation.studies.inference.fit",
+                                    "validation.studies.inference.compare_measured"])
 def test_a_fitting_script_given_a_missing_file_says_one_line_and_exits_2(tmp_path, module):
     import subprocess
     import sys

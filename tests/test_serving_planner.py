@@ -228,6 +228,10 @@ def _app(name, *args, cwd):
     ("sim", ["serving.plan.pool.tp=8", "serving.plan.pool.moe_ep=3"], "serving.plan.pool"),
     ("sim", ["serving.plan.pool.tp=8", "serving.plan.pool.moe_ep=8"], "serving.plan.pool.moe_ep"),
     ("search", ["serving.search.moe_ep=[1,8]"], "serving.search.moe_ep"),
+    # a typed plan that cannot serve (tp1: 70B fp8 weights fill an H100), even one equal to the defaults;
+    # without serving.plan.* shard-sim picks a plan that fits (test_serving_default)
+    ("sim", ["serving.plan.pool.tp=1"], "serving.plan: agg 1x(tp1 ep1 pp1, seqs 256) cannot serve this load"),
+    ("sim", ["serving.trace_requests=-2"], "serving.trace_requests"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, app, args, field):
     (tmp_path / "missing.csv").write_text("arrival_s,input_len\n0,10\n")
@@ -255,6 +259,9 @@ def test_search_writes_outputs_and_sim_replays_the_plan(tmp_path):
     proc = _app("search", *common, "planner=random", "serving.search.budget=6", "serving.search.loads=[0.5,1]",
                 f"hydra.run.dir={out}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    # it talks: a progress bar over the 6 simulations and one over the front's; SLOs as met or over
+    assert "random on dense-70b-1node" in proc.stdout and "6/6" in proc.stdout
+    assert "the front at the other loads" in proc.stdout and "TTFT SLO" in proc.stdout
     for name in ("summary.json", "best_plan.yaml", "candidates.csv", "pareto.csv", "pareto.png", "best_per_slo.csv",
                  "launch_vllm.sh", "launch_sglang.sh", "launch_trtllm.sh"):
         assert (out / name).is_file(), name
@@ -289,3 +296,21 @@ def test_search_writes_outputs_and_sim_replays_the_plan(tmp_path):
     assert resumed["best"] == summary["best"] and resumed["sim_wall_s"] == 0.0  # nothing simulated again
     changed = _app("search", *common, "planner=random", "serving.search.budget=7", f"+resume={out}", cwd=tmp_path)
     assert changed.returncode == 2 and "serving.search.budget" in changed.stderr
+
+
+def test_the_search_table_shows_each_layout_once_and_its_slos_as_met_or_over():
+    """A plan simulated at several max_num_seqs is one row (its best, and how many were tried); an SLO
+    reads ``met`` or how far over, never "+0%"."""
+    from types import SimpleNamespace
+
+    from planner.apps.serving_search import distinct_layouts, slo_cell
+
+    def rec(tp, seqs):
+        return SimpleNamespace(plan=ServingPlan.aggregated(runtime_strategy(tp=tp), 1, seqs))
+
+    ranked = [rec(2, 64), rec(4, 32), rec(2, 32), rec(2, 128)]
+    rows = distinct_layouts(ranked)
+    assert [(r.plan.describe(), n) for r, n in rows] == [("agg 1x(tp2 ep1 pp1, seqs 64)", 3),
+                                                        ("agg 1x(tp4 ep1 pp1, seqs 32)", 1)]
+    assert [slo_cell(x, 50.0) for x in (0.0, 0.123, 0.004)] == ["met", "+12% over", "+0.4% over"]
+    assert slo_cell(0.0, None) == "-"

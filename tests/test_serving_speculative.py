@@ -165,12 +165,12 @@ def test_cli_bad_acceptance_exits_2_with_one_line(tmp_path):
 
 
 def test_the_mtp_comparison_runs_both_launches_on_any_csv_and_ends_with_json(tmp_path, capsys):
-    """``validation.serving_spec`` on two InferenceX DeepSeek-R1 rows measured 2026-01-14 (4 clients): both
+    """``validation.studies.serving.speculative`` on two InferenceX DeepSeek-R1 rows measured 2026-01-14 (4 clients): both
     launches simulated, one JSON line last; with MTP their TPOT comes closer (the README's finding)."""
     import csv
     import json
 
-    from validation.serving_spec import DATA, main
+    from validation.studies.serving.speculative import DATA, main
 
     ids = {"2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_0_ep8_0_1252",
            "2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_8192x1024_c4_tp8_0_ep8_0_1254"}
@@ -197,6 +197,6 @@ def test_the_mtp_comparison_refuses_a_missing_or_foreign_csv_in_one_line(tmp_pat
     foreign = tmp_path / "foreign.csv"
     foreign.write_text("a,b\n1,2\n")
     for data, words in ((tmp_path / "none.csv", "file not found"), (foreign, "schema")):
-        proc = subprocess.run([sys.executable, "-m", "validation.serving_spec", "--data", str(data)],
+        proc = subprocess.run([sys.executable, "-m", "validation.studies.serving.speculative", "--data", str(data)],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and words in proc.stderr

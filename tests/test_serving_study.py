@@ -375,9 +375,9 @@ def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_k
 
 
 def test_the_triton_decode_constants_are_what_the_kernel_fit_chooses_on_the_shipped_timings():
-    """TRITON_FUSED_MOE_DECODE is the grid point ``python -m validation.fit_moe_kernels --decode`` picks on
+    """TRITON_FUSED_MOE_DECODE is the grid point ``python -m validation.studies.moe.fit_kernels --decode`` picks on
     the shipped fused_moe timings (fit rows only, <= 64 tokens): change the data and this fails."""
-    from validation import fit_moe_kernels
+    from validation.studies.moe import fit_kernels as fit_moe_kernels
     from validation.studies.serving.moe_backend import TRITON_FUSED_MOE_DECODE
 
     rows = [r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] <= 64]

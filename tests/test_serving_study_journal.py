@@ -35,7 +35,7 @@ def test_fingerprint_covers_the_shipped_model_configs():
     from validation.studies.serving.journal import _sources
 
     names = {name for name, _ in _sources()}
-    assert "simcore/serving/step_cost.py" in names and "validation/split.py" in names
+    assert "simcore/serving/step_cost.py" in names and "validation/studies/common/split.py" in names
     assert any(n.startswith("simcore/models/configs/") and n.endswith(".json") for n in names)
     assert not any("__pycache__" in n for n in names)
 

@@ -131,7 +131,7 @@ def test_a_gpt_oss_row_is_priced_with_its_padded_experts():
 
 
 def test_kv_capacity_prices_the_padded_experts_as_the_study_does():
-    from validation.kv_capacity import load_rows, price_row
+    from validation.studies.serving.kv_capacity import load_rows, price_row
 
     rows = [price_row(p) for p in load_rows(Path("validation/data/kv_capacity_published.csv"))]
     oss = [p for p in rows if "gpt-oss-20b" in p.row["model_path"] and p.row["tp_size"] == "2"]

@@ -173,7 +173,7 @@ def test_glm5_serves_on_eight_h200_and_kv_binds_later_in_fp8() -> None:
 
 
 def test_layouts_study_runs_and_ends_with_json(capsys) -> None:
-    from validation.sparse_attention_layouts import LAYOUTS, main
+    from validation.studies.attention.sparse_layouts import LAYOUTS, main
 
     out = main(["--isl", "3072", "--osl", "4", "--clients", "2"])
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -25,7 +25,7 @@ from simcore.models import get_model
 from topologies.custom import load_topology_yaml
 from topologies.presets import build_topology
 
-__all__ = ["build_graph", "build_cluster", "build_context"]
+__all__ = ["build_graph", "build_cluster", "build_context", "model_of"]
 
 
 def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
@@ -63,5 +63,14 @@ def build_context(model: ModelConfig, hardware: HardwareConfig, topology: Topolo
     """The :class:`~simcore.cost.lowering.CostContext` of a composed config; with ``sim`` (the ``sim``
     node) its MoE routing reaches the proxy, which then prices the expected routing skew."""
     routing = None if sim is None else build_engine_config(sim).routing
-    return CostContext(model=get_model(model.name), workload=build_workload(workload),
+    return CostContext(model=model_of(model), workload=build_workload(workload),
                        cluster=build_cluster(topology, hardware), routing=routing)
+
+
+def model_of(model: ModelConfig):
+    """The :class:`~simcore.models.ModelSpec` that ``model.name`` names; an unknown name or a bad
+    ``config.json`` is a :class:`ConfigError` naming ``model.name`` and the closest known ids."""
+    try:
+        return get_model(model.name)
+    except ValueError as exc:  # ModelConfigError is a ValueError too
+        raise ConfigError(f"model.name: {exc}") from None

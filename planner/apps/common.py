@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from rich.console import Console
 
 from planner.errors import JobFailed, UserError
 from simcore.files import atomic_save_figure, atomic_write_json, atomic_write_text
+from simcore.models import closest_ids
 
 __all__ = ["cli_errors", "atomic_write_text", "atomic_save_figure", "atomic_write_json", "run_dir", "UserError", "JobFailed", "console",
            "check_known_keys", "config_errors_exit_2", "config_error_line", "typed_keys"]
@@ -47,9 +50,16 @@ _NOISE = ("full_key:", "reference_type=", "object_type=", "Set the environment v
 
 
 def config_error_line(exc: BaseException) -> str:
-    """Hydra's message for a config it cannot compose (and its OmegaConf cause) as one line: each of its
-    lines in order, an indented list (a group's options) joined with commas after its heading, the
-    search path and the lines that name no field left out."""
+    """Hydra's message for a config it cannot compose (and its OmegaConf cause) as one line.
+
+    An unknown key (``strategy.tpp=8``) or group option (``topology=h100-ib-rial``, ``model=kimi-k3``)
+    is named with the closest known keys or options (:func:`suggest_line`), never with Hydra's advice to
+    append it with ``+``. Any other message: each of its lines in order, an indented list (a group's
+    options) joined with commas after its heading, the search path and the lines that name no field
+    left out."""
+    suggestion = suggest_line(exc)
+    if suggestion:
+        return suggestion
     parts: list[tuple[str, list[str]]] = []
     for e in (exc, exc.__cause__):
         if e is None or (parts and str(e).strip() in parts[0][0]):
@@ -69,6 +79,77 @@ def config_error_line(exc: BaseException) -> str:
     if isinstance(override, str) and override not in text:
         text = f"{override}: {text}"
     return text or type(exc).__name__
+
+
+_UNKNOWN_KEY = re.compile(r"Could not override '([\w.]+)'.*?Key '(\w+)' not in '(\w+)'", re.S)
+_UNKNOWN_OPTION = re.compile(r"Could not find '([\w/]+?)/([^']+)'\s*Available options in '[^']+':(.*)", re.S)
+
+
+def _closest(word: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(word.lower(), [k.lower() for k in known], n=3, cutoff=0.5)
+    names = [k for c in close for k in known if k.lower() == c][:3]
+    return f"; closest: {', '.join(names)}" if names else f"; known: {', '.join(known)}"
+
+
+def suggest_line(exc: BaseException) -> str | None:
+    """One line for an unknown key or group option, naming the closest known ones; None for other errors."""
+    text = "\n".join(str(e) for e in (exc, exc.__cause__) if e is not None)
+    key = _UNKNOWN_KEY.search(text)
+    if key:
+        full, leaf, _schema = key.groups()
+        parts = full.split(".")
+        depth = parts.index(leaf) if leaf in parts else len(parts) - 1
+        parent, name = ".".join(parts[:depth]), ".".join(parts[: depth + 1])
+        known = _schema_keys(_schema) or _keys_under(parent)
+        return f"{name}: unknown key" + (_closest(leaf, known) if known else "")
+    option = _UNKNOWN_OPTION.search(text)
+    if option:
+        group, name, listed = option.groups()
+        listed = listed.split("Config search path:", 1)[0]
+        known = [o.strip() for o in listed.replace("\n", ",").split(",")
+                 if o.strip() and not o.strip().endswith("_schema")]  # a schema is no option to pick
+        if group == "model":
+            closest = closest_ids(name)
+            hint = f"; closest: {', '.join(closest)}" if closest else "; see python -m simcore.models.catalog"
+            return f"model: unknown model {name!r} (a preset, a published id or a config.json path){hint}"
+        return f"{group}: unknown option {name!r}" + _closest(name, known)
+    return None
+
+
+def _schema_keys(schema: str) -> list[str]:
+    """The keys of the structured config named ``schema`` (``RandomPlannerConfig``) in Hydra's store."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    def walk(repo: dict):
+        for value in repo.values():
+            if isinstance(value, dict):
+                yield from walk(value)
+            elif OmegaConf.is_config(value.node):
+                yield value.node
+
+    for node in walk(ConfigStore.instance().repo):
+        if OmegaConf.get_type(node) is not None and OmegaConf.get_type(node).__name__ == schema:
+            return [str(k) for k in node]
+    return []
+
+
+def _keys_under(parent: str) -> list[str]:
+    """The keys of the app's schema under ``parent`` (``strategy``), from the schemas in Hydra's store."""
+    from hydra.core.config_store import ConfigStore
+
+    for name in ("sim_schema", "search_schema", "validate_schema", "report_schema"):
+        try:
+            node = ConfigStore.instance().load(f"{name}.yaml").node
+        except Exception:  # noqa: BLE001  (a schema this process did not register)
+            continue
+        for part in parent.split(".") if parent else []:
+            node = node.get(part) if hasattr(node, "get") else None
+            if node is None:
+                break
+        if node is not None and hasattr(node, "keys"):
+            return [str(k) for k in node]
+    return []
 
 
 def _task_started() -> None:
@@ -186,7 +267,9 @@ def check_known_keys(cfg, schema: type, extra: tuple[str, ...] = ()) -> None:
     Hydra's ``+key=value`` appends a key even to a structured node (``+topology.fabric=x``), which the
     app would then ignore without a word: a silently different model. ``extra``: top-level keys an app
     reads on purpose beyond its schema (``resume``). Nodes the schema leaves open (a plain ``dict``
-    field, ``Any``, or ``None`` by default) are not checked inside.
+    field, ``Any``, or ``None`` by default) are not checked inside; a node composed from a subclass of its
+    field's schema (a ``planner`` option's own schema over :class:`planner.config.PlannerBaseConfig`) is
+    checked against that subclass.
     """
 
     def walk(node, ref, path: str) -> None:
@@ -201,6 +284,9 @@ def check_known_keys(cfg, schema: type, extra: tuple[str, ...] = ()) -> None:
             child, ref_child = node._get_node(key), ref._get_node(key)
             if isinstance(child, DictConfig) and isinstance(ref_child, DictConfig) and not ref_child._is_none() \
                     and OmegaConf.get_type(ref_child) not in (dict, None):
+                own, base = OmegaConf.get_type(child), OmegaConf.get_type(ref_child)
+                if isinstance(own, type) and own is not base and issubclass(own, base):
+                    ref_child = OmegaConf.structured(own)  # a group option's schema extends the field's (planner=ppo)
                 walk(child, ref_child, f"{name}.")
 
     walk(cfg, OmegaConf.structured(schema), "")

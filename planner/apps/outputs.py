@@ -16,6 +16,7 @@ from planner.megatron import full_keys
 from planner.rerank import Reranked
 from planner.runner import SearchResult
 from simcore.cost.memory import reason_names
+from simcore.files import pyplot
 from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS
 from simcore.strategy.sharding import Strategy, megatron_sharding
 
@@ -26,19 +27,22 @@ _DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
 
 def write_candidates(path: Path, result: SearchResult) -> None:
     """``candidates.csv``: every evaluated strategy in order (degrees, operator choices, redundant
-    experts), with its validity and the best so far."""
+    experts), ``valid`` (1/0), ``invalid_reason`` (``;``-joined names, empty when valid), its proxy
+    ``tokens_per_s_per_gpu`` (empty for an invalid plan: sorting the column never puts one first) and
+    the best valid so far."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(["call", *_DEGREES, *SEARCHABLE_OPS, "redundant_experts", "valid", "tokens_per_s_per_gpu",
-                     "reasons", "best_so_far"])
+    writer.writerow(["call", *_DEGREES, *SEARCHABLE_OPS, "redundant_experts", "valid", "invalid_reason",
+                     "tokens_per_s_per_gpu", "best_so_far"])
     curve = result.curve()
     n = 6 + len(SEARCHABLE_OPS)
     for i, (key, value, mask) in enumerate(zip(full_keys(result.keys).tolist(), result.values, result.reasons,
                                                strict=True)):
         reasons = OUTSIDE_SPACE if mask < 0 else ";".join(reason_names(int(mask)))
         choices = [CHOICES[c] for c in key[6:n]]
-        writer.writerow([i + 1, *key[:6], *choices, key[n], int(mask == 0), "" if np.isnan(value) else f"{value:.6g}",
-                         reasons, "" if np.isnan(curve[i]) else f"{curve[i]:.6g}"])
+        shown = mask == 0 and not np.isnan(value)
+        writer.writerow([i + 1, *key[:6], *choices, key[n], int(mask == 0), reasons,
+                         f"{value:.6g}" if shown else "", "" if np.isnan(curve[i]) else f"{curve[i]:.6g}"])
     atomic_write_text(path, buf.getvalue())
 
 
@@ -52,10 +56,7 @@ def write_metrics(path: Path, metrics: list[dict]) -> None:
 
 def plot_curve(path: Path, result: SearchResult, title: str, megatron: float | None, exact: float | None) -> None:
     """``search_curve.png``: best-so-far tokens/s/GPU against proxy calls, with reference lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4))
     curve = result.curve()
@@ -86,14 +87,17 @@ def sharding_diff(strategy: Strategy, ops: tuple[str, ...]) -> str:
 
 
 def rerank_table(reranked: list[Reranked], ops: tuple[str, ...], reranker: str, title: str) -> Table:
-    """Proxy ranking next to the re-ranker's, with each plan's departures from Megatron sharding."""
+    """Proxy ranking next to the re-ranker's, with each plan's departures from Megatron sharding; a plan
+    the re-ranker finds invalid has no rank and no throughput, and says why (``valid``, ``invalid_reason``)."""
     table = Table(title=title)
     for col in ("proxy #", f"re-ranked # ({reranker})", "tp", "ep", "pp", "dp", "batch", "mb", "proxy tok/s/GPU",
-                f"re-ranked tok/s/GPU ({reranker})", "sharding vs Megatron"):
-        table.add_column(col, justify="left" if col.startswith("sharding") else "right")
+                f"re-ranked tok/s/GPU ({reranker})", "valid", "invalid_reason", "sharding vs Megatron"):
+        table.add_column(col, justify="left" if col.startswith(("sharding", "invalid")) else "right")
     for r in sorted(reranked, key=lambda r: r.proxy_rank):
         s = r.strategy
-        value = f"{r.tokens_per_s_per_gpu:,.1f}" + ("" if r.valid else " (invalid)")
-        table.add_row(str(r.proxy_rank), str(r.rank), str(s.tp), str(s.ep), str(s.pp), str(s.dp), str(s.batch),
-                      str(s.microbatches), f"{r.proxy_tokens_per_s_per_gpu:,.1f}", value, sharding_diff(s, ops))
+        rank, proxy, value = ((str(r.rank), f"{r.proxy_tokens_per_s_per_gpu:,.1f}", f"{r.tokens_per_s_per_gpu:,.1f}")
+                              if r.valid else ("-", "", ""))
+        table.add_row(str(r.proxy_rank), rank, str(s.tp), str(s.ep), str(s.pp), str(s.dp), str(s.batch),
+                      str(s.microbatches), proxy, value, "yes" if r.valid else "no", ";".join(r.reasons),
+                      sharding_diff(s, ops))
     return table

@@ -37,10 +37,11 @@ from planner.apps.outputs import plot_curve, rerank_table, write_candidates, wri
 from planner.apps.serving_search import run_serving_search
 from planner.apps.unread import check_typed_keys
 from planner.checkpoint import StopRequest
-from planner.config import PlannerConfig, check_planner
+from planner.config import PlannerBaseConfig, check_planner
+from planner.config import register as register_planners
 from planner.exact import exact_optimum
 from planner.megatron import megatron_search, strategy_from_key
-from planner.rerank import make_reranker, rerank_search
+from planner.rerank import best_valid, make_reranker, rerank_search
 from planner.runner import ITERATIVE, SearchInterrupted, SearchResult, run_planner
 from planner.serving.config import ServingAppConfig, is_serving
 from planner.simloop import rerank_search_loop, scenario_fingerprint
@@ -68,7 +69,7 @@ class SearchAppConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    planner: PlannerConfig = field(default_factory=PlannerConfig)
+    planner: PlannerBaseConfig = field(default_factory=PlannerBaseConfig)  # each option extends it (planner.config)
     sim: SimConfig = field(default_factory=SimConfig)
     serving: ServingAppConfig = field(default_factory=ServingAppConfig)  # read when workload=serving
     scenario: str = "custom"
@@ -77,6 +78,7 @@ class SearchAppConfig:
 
 def register() -> None:
     ConfigStore.instance().store(name="search_schema", node=SearchAppConfig)
+    register_planners()  # planner/<option>_schema, which conf/planner/<option>.yaml extends
 
 
 def _search(ctx, space, cfg, out: Path, config: dict, resume: bool) -> SearchResult:
@@ -157,18 +159,23 @@ def run(cfg: DictConfig) -> dict:
         con.print(rerank_table(reranked, ops, cfg.planner.reranker,
                                f"{cfg.scenario}: {result.planner}, {result.calls} calls, proxy vs "
                                f"{cfg.planner.reranker} ranking"))
-        answer = evaluate(ctx, reranked[0].strategy)
-    else:
+    best = best_valid(reranked)  # an invalid plan is never the answer
+    if best is not None:
+        answer = evaluate(ctx, best.strategy)
+    else:  # the closest candidate, reported as invalid: no best_plan.yaml
         score = np.where(np.isnan(result.values), -np.inf, result.values)
-        answer = evaluate(ctx, strategy_from_key(result.keys[int(np.argmax(score))]))
-        con.print(f"[red]no valid strategy[/red]; best candidate fails: {', '.join(answer.reasons)}")
-    summary = _summary(cfg, result, answer, reranked, megatron, exact, rerank_s)
+        closest = reranked[0] if reranked else None
+        answer = evaluate(ctx, closest.strategy if closest else strategy_from_key(result.keys[int(np.argmax(score))]))
+        answer.valid, answer.reasons = False, (closest.reasons if closest else answer.reasons) or answer.reasons
+        con.print(f"[red]no valid strategy[/red]; best candidate fails: {', '.join(answer.reasons)} "
+                  "(no best_plan.yaml written)")
+    summary = _summary(cfg, result, answer, reranked, best, megatron, exact, rerank_s)
     _write(out, cfg, result, answer, reranked, summary, megatron, exact)
     if answer.valid:
         refs = [f"{answer.tokens_per_s_per_gpu / megatron:.3f}x Megatron" if megatron else "",
                 f"{answer.tokens_per_s_per_gpu / exact:.4f} of exact" if exact else ""]
         vs = ", ".join(r for r in refs if r)
-        sim = f", simulator {reranked[0].tokens_per_s_per_gpu:,.1f}" if cfg.planner.reranker == "sim" else ""
+        sim = f", simulator {best.tokens_per_s_per_gpu:,.1f}" if cfg.planner.reranker == "sim" else ""
         con.print(f"best: {answer.tokens_per_s_per_gpu:,.1f} tokens/s/GPU proxy{sim}" + (f" ({vs})" if vs else "")
                   + f"  ->  run dir: {out}")
     else:
@@ -176,9 +183,9 @@ def run(cfg: DictConfig) -> dict:
     return summary
 
 
-def _summary(cfg, result: SearchResult, answer, reranked, megatron, exact, rerank_s: float) -> dict:
+def _summary(cfg, result: SearchResult, answer, reranked, best, megatron, exact, rerank_s: float) -> dict:
     sim = cfg.planner.reranker == "sim"
-    value = reranked[0].tokens_per_s_per_gpu if reranked else None
+    value = best.tokens_per_s_per_gpu if best is not None else None
     proxy = answer.tokens_per_s_per_gpu if answer.valid else None
     return {
         "scenario": cfg.scenario, "planner": result.planner, "seed": int(cfg.seed), "calls": result.calls,
@@ -196,14 +203,16 @@ def _summary(cfg, result: SearchResult, answer, reranked, megatron, exact, reran
 
 def _write(out: Path, cfg, result, answer, reranked, summary, megatron, exact) -> None:
     results = {**summary, "best": answer.to_dict(), "config": OmegaConf.to_container(cfg, resolve=True),
-               "top": [{"strategy": r.strategy.to_dict(), "proxy_tokens_per_s_per_gpu": r.proxy_tokens_per_s_per_gpu,
-                        "proxy_rank": r.proxy_rank, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu,
-                        "valid": r.valid, "rank": r.rank} for r in reranked]}
+               "top": [{"strategy": r.strategy.to_dict(), "proxy_rank": r.proxy_rank, "valid": r.valid,
+                        "invalid_reason": ";".join(r.reasons), "rank": r.rank if r.valid else None,
+                        "proxy_tokens_per_s_per_gpu": r.proxy_tokens_per_s_per_gpu if r.valid else None,
+                        "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu if r.valid else None} for r in reranked]}
     atomic_write_json(out / "results.json", results)
     atomic_write_json(out / "summary.json", summary)
     plan = {"scenario": cfg.scenario, "model": cfg.model.name, "topology": OmegaConf.to_container(cfg.topology),
             "workload": OmegaConf.to_container(cfg.workload), "strategy": answer.strategy.to_dict()}
-    atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
+    if answer.valid:  # only a valid plan is a plan to replay
+        atomic_write_text(out / "best_plan.yaml", yaml.safe_dump(plan, sort_keys=False))
     write_candidates(out / "candidates.csv", result)
     if result.metrics:
         write_metrics(out / "metrics.jsonl", result.metrics)

@@ -3,15 +3,21 @@
 ``workload=serving`` (``conf/workload/serving.yaml``, ``workload.phase: serving``) switches both apps
 to request-level serving (:mod:`simcore.serving`): ``shard-sim`` simulates one plan (``plan=FILE``, a
 ``best_plan.yaml`` of ``shard-search workload=serving``, or ``serving.plan.*`` on the command line),
-``shard-search`` searches plans (:mod:`planner.serving`). What arrives is the ``serving`` node
+``shard-search`` searches plans (:mod:`planner.serving`). Without a plan, ``shard-sim`` simulates one
+worker of the smallest aggregated layout whose KV holds the configured load
+(:func:`planner.serving.default_plan.default_plan`), and says which and why in one line (``plan_source``
+in ``result.json``). What arrives is the ``serving`` node
 (:class:`ServingAppConfig`): ``serving.concurrency`` closed-loop clients, or ``serving.rate`` requests/s
 (Poisson), or a ``serving.trace`` CSV (a trace is the arrivals; a rate beside it is refused); lengths
 ``serving.isl`` / ``serving.osl``; SLOs in milliseconds. ``export=vllm|sglang|trtllm`` also writes the
 plan's launch (``launch_<target>.sh``), as ``shard-search workload=serving`` does for its best plan.
+Beside ``result.json`` it writes ``trace.json``, the run as a Chrome / Perfetto trace
+(:mod:`simcore.serving.trace`; ``serving.trace_requests`` requests get a track).
 
 Bad input (a concurrency of 0, an unknown runtime, a trace with a missing column or a negative length,
 a plan larger than the cluster or one whose pool cannot split the model, requests longer than the model's
-context window, a plan no runtime can launch under ``export=``) is a :class:`~planner.apps.common.UserError` naming the field: one
+context window, a plan no runtime can launch under ``export=``, a given plan that cannot serve the load,
+e.g. whose weights leave no KV cache) is a :class:`~planner.apps.common.UserError` naming the field: one
 line, exit code 2.
 """
 
@@ -19,17 +25,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
 from rich.table import Table
 
-from planner.apps.common import UserError, atomic_write_json, atomic_write_text, console, run_dir
+from planner.apps.common import UserError, atomic_write_json, atomic_write_text, console, run_dir, typed_keys
 from planner.serving.config import (
+    ServingPlanConfig,
     build_serving_config,
     build_serving_context,
     load_serving_plan,
     plan_from_config,
 )
+from planner.serving.default_plan import default_plan
 from simcore.export.serving import serving_launch
-from simcore.serving import ServingInputError, StepCost, shape_error, simulate_serving
+from simcore.serving import (
+    ServingInputError,
+    ServingTrace,
+    StepCost,
+    shape_error,
+    simulate_serving,
+    write_serving_trace,
+)
 from simcore.serving.breakdown import PARTS, mean_decode_batches, step_breakdown
 from simcore.serving.plan import check_expert_layout
 from topologies.scenario import build_graph
@@ -124,16 +140,41 @@ def write_launch(out: Path, launch) -> list[str]:
     return [f"launch_{launch.target}.sh", *launch.files]
 
 
-def run_serving_sim(cfg) -> dict:
-    """``shard-sim workload=serving``: simulate one plan, print its latencies, write ``result.json``."""
+def _given_plan(cfg) -> str | None:
+    """Where the run's plan was given: ``plan=FILE``, ``serving.plan.*`` typed on the command line or set
+    by a config file (the composed node differs from the schema's defaults); ``None``: no plan given."""
+    if cfg.plan:
+        return f"plan={cfg.plan}"
+    if any(k == "serving.plan" or k.startswith("serving.plan.") for k in typed_keys()):
+        return "serving.plan.* on the command line"
+    if OmegaConf.to_container(cfg.serving.plan, resolve=True) != OmegaConf.to_container(
+            OmegaConf.structured(ServingPlanConfig())):
+        return "serving.plan of the config"
+    return None
 
-    scfg = build_serving_config(cfg.serving)
-    plan = load_serving_plan(cfg.plan, cfg.model.name) if cfg.plan else plan_from_config(cfg.serving.plan)
-    ctx = build_serving_context(cfg)
+
+def _plan(cfg, ctx, scfg, given: str | None):
+    """The plan to simulate and where it comes from (``plan_source``: ``given``, where the plan was given,
+    or the line that says which default plan was picked and why)."""
+    if given is None:
+        return default_plan(ctx, scfg, int(ServingPlanConfig().pool.max_num_seqs))
+    return (load_serving_plan(cfg.plan, cfg.model.name) if cfg.plan else plan_from_config(cfg.serving.plan)), given
+
+
+def _trace(cfg) -> ServingTrace:
+    try:
+        return ServingTrace(cfg.serving.get("trace_requests", 64))
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _check_layouts(cfg, ctx, plan) -> None:
+    """Refuse a plan larger than the cluster, or one whose pool cannot split the model (bad input, as in
+    static shard-sim), naming where it was given."""
     if plan.gpus > ctx.cluster.num_gpus:
         raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
                         f"{ctx.cluster.num_gpus}")
-    for role, pool in plan.pools:  # a layout that cannot split the model is bad input, as in static shard-sim
+    for role, pool in plan.pools:
         where = "plan" if cfg.plan else f"serving.plan.{'pool' if role == 'both' else role}"
         try:
             check_expert_layout(pool.strategy, pool.moe_ep, ctx.model)
@@ -142,6 +183,34 @@ def run_serving_sim(cfg) -> dict:
         shape = shape_error(ctx, role, pool.strategy)
         if shape:
             raise UserError(f"{where}: {shape}")
+
+
+def _print_result(con, title: str, ctx, plan, scfg, result, slo: dict) -> dict:
+    """The latency table, the SLO verdict and the mean decode step; returns the latter by role."""
+    con.print(_table(title, result, scfg))
+    m = result.metrics
+    misses = [f"{k[:-3].upper()} {v:,.1f} ms > {slo[k]:g} ms" for k, v in
+              (("ttft_ms", m.ttft_s["mean"] * 1e3), ("tpot_ms", m.tpot_s["mean"] * 1e3))
+              if slo[k] is not None and v > slo[k]]
+    con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
+    if plan.mode == "seesaw":
+        con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
+    steps = decode_step_breakdowns(ctx, plan, plan.runtime_for(scfg.runtime_profile()), result)
+    if steps:
+        con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats, plan.mode))
+    return steps
+
+
+def run_serving_sim(cfg) -> dict:
+    """``shard-sim workload=serving``: simulate one plan (the given one, else :func:`default_plan`'s), print
+    its latencies, write ``result.json`` and ``trace.json``."""
+
+    scfg = build_serving_config(cfg.serving)
+    ctx = build_serving_context(cfg)
+    trace = _trace(cfg)
+    given = _given_plan(cfg)
+    plan, source = _plan(cfg, ctx, scfg, given)
+    _check_layouts(cfg, ctx, plan)
     graph = build_graph(cfg.topology, cfg.hardware) if cfg.serving.network else None
     launch = None
     if cfg.get("export") is not None:  # built before simulating: a target or plan it cannot launch is bad input
@@ -149,38 +218,30 @@ def run_serving_sim(cfg) -> dict:
             launch = plan_launch(plan, ctx, graph, scfg, str(cfg.export))
         except ValueError as exc:
             raise UserError(str(exc)) from None
-    result = simulate_serving(ctx, plan, scfg, graph=graph)
     con = console()
+    if given is None:
+        con.print(source, soft_wrap=True)  # one line, however narrow the terminal
+    result = simulate_serving(ctx, plan, scfg, graph=graph, trace=trace)
+    if not result.feasible:  # a plan that cannot serve this load is bad input, as one that cannot split the model
+        raise UserError(f"{'plan' if cfg.plan else 'serving.plan'}: {plan.describe()} cannot serve this load: "
+                        f"{result.reason}")
     load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else \
         (f"{scfg.rate:g} req/s" if scfg.arrival == "poisson" else f"trace {Path(scfg.trace).name}")
     title = (f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
              f"{scfg.runtime}, {load}, ISL {cfg.serving.isl} OSL {cfg.serving.osl}: {plan.describe()}")
     slo = {"ttft_ms": cfg.serving.ttft_slo_ms, "tpot_ms": cfg.serving.tpot_slo_ms}
-    if result.feasible:
-        con.print(_table(title, result, scfg))
-        m = result.metrics
-        misses = [f"{k[:-3].upper()} {v:,.1f} ms > {slo[k]:g} ms" for k, v in
-                  (("ttft_ms", m.ttft_s["mean"] * 1e3), ("tpot_ms", m.tpot_s["mean"] * 1e3))
-                  if slo[k] is not None and v > slo[k]]
-        con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
-        if plan.mode == "seesaw":
-            con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
-        steps = decode_step_breakdowns(ctx, plan, plan.runtime_for(scfg.runtime_profile()), result)
-        if steps:
-            con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats, plan.mode))
-    else:
-        steps = {}
-        con.print(f"{title}\n[red]infeasible[/red]: {result.reason}")
+    steps = _print_result(con, title, ctx, plan, scfg, result, slo)
     out = run_dir()
     spec = plan.runtime_for(scfg.runtime_profile())  # a searched plan's own speculative decoding
-    payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus,
+    payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus, "plan_source": source,
                "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate,
                            "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
                            "osl": cfg.serving.osl, "slo": slo, "spec_tokens": spec.spec_tokens,
                            "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
                "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
     atomic_write_json(out / "result.json", payload)
-    written = ["result.json"]
+    size = write_serving_trace(out / "trace.json", trace).stat().st_size
+    written = ["result.json", f"trace.json ({size / 1e6:.1f} MB)"]
     if launch is not None:
         print(launch.to_text())  # plain, so that it can be piped
         written += write_launch(out, launch)

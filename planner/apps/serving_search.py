@@ -15,16 +15,22 @@ best plans of each mode at every load of ``serving.search.loads``, and writes in
 - ``serving_sims.pkl``: the journal of every simulation, appended as each ends
   (:mod:`planner.serving.journal`). SIGINT / SIGTERM stop the search between two simulations;
   ``+resume=RUN_DIR`` replays the journal and finishes the run, with the outputs of an uninterrupted one.
+
+On the console: a progress bar over the budgeted simulations (the best plan meeting the SLOs so far, the
+last plan simulated), then one over the front's simulations at the other loads; then the best plans, one
+row per layout at its best ``max_num_seqs``, each SLO read as ``met`` or missed by how much.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import yaml
 from omegaconf import OmegaConf
-from rich.table import Table
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Column, Table
 
 from planner.apps.common import atomic_write_json, atomic_write_text, console, run_dir
 from planner.apps.outputs import write_metrics
@@ -32,7 +38,7 @@ from planner.apps.serve import plan_launch, write_launch
 from planner.checkpoint import StopRequest
 from planner.runner import SearchInterrupted
 from planner.serving.config import build_serving_config, build_serving_context
-from planner.serving.evaluator import ServingEvaluator
+from planner.serving.evaluator import ServingEvaluator, slo_miss
 from planner.serving.journal import SimJournal
 from planner.serving.pareto import (
     POINT_COLUMNS,
@@ -48,7 +54,7 @@ from planner.serving.search import check_serving_planner, search_plans, serving_
 from simcore.export.serving import SERVING_TARGETS
 from topologies.scenario import build_graph
 
-__all__ = ["run_serving_search"]
+__all__ = ["run_serving_search", "distinct_layouts", "slo_cell"]
 
 
 def _best_per_mode(ev: ServingEvaluator, k: int):
@@ -70,27 +76,104 @@ def _metrics(rec) -> dict | None:
             "plan_dict": rec.plan.to_dict()}
 
 
-def _table(title: str, recs, ev: ServingEvaluator) -> Table:
+def _layout(plan) -> str:
+    """A plan's description without its ``max_num_seqs`` (the rows of the table)."""
+    return re.sub(r", seqs \d+", "", plan.describe())
+
+
+def distinct_layouts(ranked: list) -> list[tuple]:
+    """``(record, max_num_seqs tried)`` for each layout of ``ranked`` (records best first): its best
+    ``max_num_seqs``'s record and how many values it was simulated at."""
+    best, tried = {}, {}
+    for r in ranked:
+        key = _layout(r.plan)
+        best.setdefault(key, r)
+        tried[key] = tried.get(key, 0) + 1
+    return [(r, tried[key]) for key, r in best.items()]
+
+
+def slo_cell(over: float, slo_ms) -> str:
+    """One SLO of a plan: ``met``, ``+12% over`` (how far the mean is over its target), or ``-`` (no target)."""
+    if slo_ms is None:
+        return "-"
+    if not over > 0:
+        return "met"
+    pct = 100 * over
+    return f"+{pct:.0f}% over" if pct >= 1 else f"+{pct:.1f}% over"
+
+
+def _table(title: str, rows: list[tuple], slo: dict) -> Table:
     table = Table(title=title)
-    for col in ("#", "plan", "GPUs", "tokens/s/GPU", "tokens/s/user", "TTFT ms", "TPOT ms", "goodput", "SLOs"):
+    for col in ("#", "plan", "seqs", "GPUs", "tokens/s/GPU", "tokens/s/user", "TTFT ms", "TPOT ms", "goodput",
+                "TTFT SLO", "TPOT SLO"):
         table.add_column(col, justify="left" if col == "plan" else "right")
-    for i, r in enumerate(recs, 1):
+    for i, (r, tried) in enumerate(rows, 1):
         m = r.result.metrics
-        slo = "met" if r.meets else f"TTFT +{100 * r.ttft_over:.0f}% TPOT +{100 * r.tpot_over:.0f}%"
-        table.add_row(str(i), r.plan.describe(), str(r.plan.gpus), f"{m.output_tokens_per_s_per_gpu:,.1f}",
-                      f"{m.tokens_per_s_per_user:,.1f}", f"{m.ttft_s['mean'] * 1e3:,.0f}",
-                      f"{m.tpot_s['mean'] * 1e3:,.1f}", f"{m.goodput:.2f}", slo)
+        seqs = r.plan.pools[-1][1].max_num_seqs
+        table.add_row(str(i), _layout(r.plan), f"{seqs}" + (f" (best of {tried})" if tried > 1 else ""),
+                      str(r.plan.gpus), f"{m.output_tokens_per_s_per_gpu:,.1f}", f"{m.tokens_per_s_per_user:,.1f}",
+                      f"{m.ttft_s['mean'] * 1e3:,.0f}", f"{m.tpot_s['mean'] * 1e3:,.1f}", f"{m.goodput:.2f}",
+                      slo_cell(r.ttft_over, slo["ttft_ms"]), slo_cell(r.tpot_over, slo["tpot_ms"]))
     return table
 
 
-def _search(cfg, ctx, scfg, graph, out: Path, resume: bool):
-    """The journaled search (``planner.serving.journal``): a stop before the budget is spent raises
-    :class:`SearchInterrupted`, the journal holding every simulation made."""
+class _TickingJournal(SimJournal):
+    """The search's journal (:class:`SimJournal`), also calling ``tick(result)`` as each budgeted
+    simulation ends: simulated and appended, or replayed from a resumed journal."""
+
+    def __init__(self, *args, tick, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.tick = tick
+
+    def get(self, key):
+        result = super().get(key)
+        if result is not None:
+            self.tick(result)
+        return result
+
+    def add(self, key, result) -> None:
+        super().add(key, result)
+        self.tick(result)
+
+
+def _progress() -> Progress:
+    # the counts first and never squeezed; the best and last plans cut to what the terminal leaves them
+    con = console()
+    note = Column(no_wrap=True, overflow="ellipsis", max_width=max(con.width - 70, 10))
+    return Progress(TextColumn("{task.description}"), BarColumn(bar_width=16), MofNCompleteColumn(),
+                    TimeElapsedColumn(), TextColumn("{task.fields[best]} {task.fields[last]}", table_column=note),
+                    console=con)
+
+
+def _ticker(progress: Progress, task, scfg):
+    """``tick(result)``: advance ``task`` by one simulation, showing the best tokens/s/GPU that meets the
+    SLOs so far and the plan just simulated."""
+    best = [-1.0]
+
+    def tick(result) -> None:
+        m = result.metrics
+        meets = m is not None and slo_miss(m.ttft_s["mean"], m.tpot_s["mean"], scfg.ttft_slo_s, scfg.tpot_slo_s)[2] == 0
+        if meets:
+            best[0] = max(best[0], m.output_tokens_per_s_per_gpu)
+        last = f"last {result.plan.describe()}: " + (f"{m.output_tokens_per_s_per_gpu:,.1f} tok/s/GPU" if m else
+                                                     "cannot run")
+        progress.update(task, advance=1, last=last,
+                        best="best: none meets the SLOs yet" if best[0] < 0 else
+                        f"best {best[0]:,.1f} tok/s/GPU meeting the SLOs;")
+
+    return tick
+
+
+def _search(cfg, ctx, scfg, graph, out: Path, resume: bool, progress: Progress):
+    """The journaled search (``planner.serving.journal``) under a progress bar: a stop before the budget
+    is spent raises :class:`SearchInterrupted`, the journal holding every simulation made."""
     method = str(cfg.planner.name)
     config = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k != "resume"}
     check_serving_planner(cfg.planner)  # bad input stops here and in serving_space, before the journal is opened
     space = serving_space(ctx, scfg, cfg.serving.search, method)
-    journal = SimJournal(out, config, resume=resume)
+    total = min(int(cfg.serving.search.budget), space.size)
+    task = progress.add_task(f"{method} on {cfg.scenario}", total=total, best="", last="")
+    journal = _TickingJournal(out, config, resume=resume, tick=_ticker(progress, task, scfg))
     try:
         with StopRequest() as stop:
             ev, info = search_plans(ctx, scfg, cfg.serving.search, method, int(cfg.seed), graph=graph,
@@ -104,15 +187,21 @@ def _search(cfg, ctx, scfg, graph, out: Path, resume: bool):
     return ev, info
 
 
-def _front_rows(ctx, scfg, search, ev: ServingEvaluator, ranked: list, graph) -> list[dict]:
+def _front_rows(ctx, scfg, search, ev: ServingEvaluator, ranked: list, graph, progress: Progress) -> list[dict]:
     """The Pareto rows: every feasible plan at the configured load, then the best plans of each mode and
-    those on that load's front at every other load of ``search.loads``."""
+    those on that load's front at every other load of ``search.loads`` (a progress bar over those)."""
     rows = mark_front([point(r.result, scfg, 1.0) for r in ranked])
     sweep = [r.plan for r in _best_per_mode(ev, int(search.pareto_plans))]
     on_front = [r.plan for r, row in zip(ranked, rows, strict=True) if row["on_front"]]
     sweep += [p for p in on_front if p not in sweep][: 2 * int(search.pareto_plans)]
     loads = [x for x in search.loads if float(x) != 1.0]
-    rows += sweep_loads(ctx, sweep, scfg, loads, graph=graph, runtime=scfg.runtime_profile())
+    runs = (1 if scfg.arrival == "trace" else len(loads)) * len(sweep)  # a trace is replayed once (sweep_loads)
+    task = progress.add_task("the front at the other loads", total=runs, best="", last="")
+
+    def on_point(row: dict) -> None:
+        progress.update(task, advance=1, last=f"last {row['plan']} at x{row['load']:g} the load")
+
+    rows += sweep_loads(ctx, sweep, scfg, loads, graph=graph, runtime=scfg.runtime_profile(), on_point=on_point)
     return mark_front(rows)
 
 
@@ -152,8 +241,8 @@ def _print_outcome(con, s, best, summary: dict) -> None:
     con.print(f"[red]no plan meets the SLOs[/red] (TTFT <= {s.ttft_slo_ms} ms, TPOT <= {s.tpot_slo_ms} ms "
               f"on the mean); closest:")
     for m in summary["closest_misses"]:
-        con.print(f"  {m['plan']}: TTFT {m['ttft_ms']:,.0f} ms (+{m['ttft_over_pct']:.0f}%), "
-                  f"TPOT {m['tpot_ms']:,.1f} ms (+{m['tpot_over_pct']:.0f}%)")
+        con.print(f"  {m['plan']}: TTFT {m['ttft_ms']:,.0f} ms ({slo_cell(m['ttft_over_pct'] / 100, s.ttft_slo_ms)}), "
+                  f"TPOT {m['tpot_ms']:,.1f} ms ({slo_cell(m['tpot_over_pct'] / 100, s.tpot_slo_ms)})")
 
 
 def run_serving_search(cfg) -> dict:
@@ -164,21 +253,24 @@ def run_serving_search(cfg) -> dict:
     graph = build_graph(cfg.topology, cfg.hardware) if s.network else None
     resume_dir = cfg.get("resume")
     out = Path(resume_dir) if resume_dir else run_dir()
-    ev, info = _search(cfg, ctx, scfg, graph, out, bool(resume_dir))
-    search_s = time.perf_counter() - started
-    ranked = [r for r in ev.ranked() if r.feasible]
-    best = next((r for r in ranked if r.meets), None)
-    t0 = time.perf_counter()
-    rows = _front_rows(ctx, scfg, search, ev, ranked, graph)
-    pareto_s = time.perf_counter() - t0
+    with _progress() as progress:
+        ev, info = _search(cfg, ctx, scfg, graph, out, bool(resume_dir), progress)
+        search_s = time.perf_counter() - started
+        ranked = [r for r in ev.ranked() if r.feasible]
+        best = next((r for r in ranked if r.meets), None)
+        t0 = time.perf_counter()
+        rows = _front_rows(ctx, scfg, search, ev, ranked, graph, progress)
+        pareto_s = time.perf_counter() - t0
     grid = sorted({float(x) for x in search.tpot_grid_ms} | ({float(s.tpot_slo_ms)} if s.tpot_slo_ms else set()))
     per_slo = best_per_slo(rows, s.ttft_slo_ms, grid)
     misses = closest_misses(ev.records.values()) if best is None else []
     load = f"{scfg.concurrency} clients" if scfg.arrival == "closed" else f"{scfg.arrival} {scfg.rate:g} req/s"
+    layouts = distinct_layouts(ranked)
     con.print(_table(f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
                      f"{scfg.runtime}, {load}, ISL {s.isl} OSL {s.osl}, SLO TTFT {s.ttft_slo_ms} ms TPOT "
-                     f"{s.tpot_slo_ms} ms: {cfg.planner.name}, {ev.sims} simulated plans of {ev.actions.size}",
-                     ranked[:10], ev))
+                     f"{s.tpot_slo_ms} ms: {cfg.planner.name}, {ev.sims} simulated plans of {ev.actions.size} "
+                     f"({len(layouts)} layouts, each at its best max_num_seqs)",
+                     layouts[:10], {"ttft_ms": s.ttft_slo_ms, "tpot_ms": s.tpot_slo_ms}))
     summary = _summary(cfg, ctx, scfg, ev, info, best, ranked, per_slo, misses,
                        {"search_wall_s": search_s, "pareto_wall_s": pareto_s})
     _write(out, cfg, ctx, ev, best or (ranked[0] if ranked else None), rows, per_slo, summary, info, scfg)

@@ -8,6 +8,12 @@ space bounds) and says so. The scenario groups (model, topology, workload) are t
 ``shard-search``'s; a plan file's scenario fields are applied unless overridden. ``export=vllm|sglang|megatron`` also prints the
 target's launch command and the per-operator choices it cannot express, priced by proxy and
 simulator (see :mod:`simcore.export`), and writes ``export_<target>.txt``.
+
+An invalid plan (over HBM capacity, a degree that does not divide, a plan for another cluster or model)
+is bad input: one line naming each reason and its numbers, exit 2, before any table or simulation.
+``sim.allow_invalid=true`` prices it anyway, every figure marked INVALID (a what-if). A plan that only
+misses an SLO is priced, marked INVALID: the simulator judges its latency. The table and ``result.json``
+(``memory``) give the fullest GPU's memory by part and its headroom.
 """
 
 from __future__ import annotations
@@ -45,7 +51,13 @@ from simcore.config import (
     build_engine_config,
     build_space,
 )
-from simcore.cost.memory import reason_names, redundant_fit_error
+from simcore.cost.memory import (
+    MemoryBreakdown,
+    explain_reasons,
+    memory_breakdown,
+    reason_names,
+    redundant_fit_error,
+)
 from simcore.cost.proxy import evaluate
 from simcore.engine import simulate
 from simcore.engine.trace import write_trace
@@ -55,10 +67,20 @@ from simcore.space.megatron import megatron_search
 from simcore.strategy.sharding import Strategy, megatron_sharding
 from topologies.scenario import build_context, build_graph
 
-__all__ = ["run", "main", "SimAppConfig"]
+__all__ = ["run", "main", "SimAppConfig", "ShardSimConfig"]
 
 
 _DEGREES = ("tp", "ep", "pp", "dp", "batch", "microbatches")
+_SLO_REASONS = ("ttft_slo", "tpot_slo")  # judged on the simulated times: a verdict, not bad input
+
+
+@dataclass
+class ShardSimConfig(SimConfig):
+    """``shard-sim``'s ``sim`` node: the engine's switches (:class:`simcore.engine.EngineConfig`) and
+    ``allow_invalid``: price an invalid plan anyway, every figure marked INVALID (a what-if), instead of
+    refusing it as bad input (one line, exit 2)."""
+
+    allow_invalid: bool = False
 
 
 @dataclass
@@ -87,7 +109,7 @@ class SimAppConfig:
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
-    sim: SimConfig = field(default_factory=SimConfig)
+    sim: ShardSimConfig = field(default_factory=ShardSimConfig)
     planner: SpaceConfig = field(default_factory=SpaceConfig)
     scenario: str = "custom"
     plan: str | None = None
@@ -139,20 +161,24 @@ def _plan_file(path: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _breakdown_table(title: str, proxy, sim) -> Table:
-    """Proxy and simulator side by side: step, latency, throughput, and the split of one step."""
+def _breakdown_table(title: str, proxy, sim, invalid: bool) -> Table:
+    """Proxy and simulator side by side: step, latency, throughput, and the split of one step; an
+    ``invalid`` plan's throughput cells say INVALID."""
     table = Table(title=title)
     for col in ("", "proxy", "simulator", "sim / proxy"):
         table.add_column(col, justify="right" if col else "left")
 
-    def row(name, a, b, unit=1e3, fmt="{:.3f}"):
+    def row(name, a, b, unit=1e3, fmt="{:.3f}", mark=""):
         ratio = f"{b / a:.3f}" if a == a and b == b and a else "-"
-        table.add_row(name, "-" if a != a else fmt.format(a * unit), "-" if b != b else fmt.format(b * unit), ratio)
+        table.add_row(name, ("-" if a != a else fmt.format(a * unit)) + mark,
+                      ("-" if b != b else fmt.format(b * unit)) + mark, ratio)
 
     row("step (ms)", proxy.step_time_s, sim.step_time_s)
     row("TTFT (ms)", proxy.ttft_s, sim.ttft_s)
     row("TPOT (ms)", proxy.tpot_s, sim.tpot_s)
-    row("tokens/s/GPU", proxy.tokens_per_s_per_gpu, sim.tokens_per_s_per_gpu, unit=1, fmt="{:,.1f}")
+    simulated = sim.step_time_s == sim.step_time_s  # a structurally invalid plan is not simulated
+    row("tokens/s/GPU", proxy.tokens_per_s_per_gpu, sim.tokens_per_s_per_gpu if simulated else float("nan"), unit=1,
+        fmt="{:,.1f}", mark=" INVALID" if invalid else "")
     comm = sum(v for k, v in proxy.by_category.items() if k.startswith("comm"))
     split = sim.split[-1] if sim.split else {}
     row("compute (ms, last stage)", proxy.by_category.get("compute", 0.0), split.get("compute", float("nan")))
@@ -162,13 +188,34 @@ def _breakdown_table(title: str, proxy, sim) -> Table:
     return table
 
 
-def _print_comparison(cfg, ctx, strategy, proxy, sim) -> None:
-    """The proxy's and the simulator's step side by side, the proxy's operators, and each verdict."""
+def _memory_table(memory: MemoryBreakdown) -> Table:
+    """The fullest GPU's HBM by part, its total, the capacity and the headroom left (GB, SI)."""
+    table = Table(title="memory per GPU (fullest pipeline stage)")
+    table.add_column("")
+    table.add_column("GB", justify="right")
+    table.add_column("of capacity", justify="right")
+    rows = (("weights", memory.weights_bytes), ("KV cache", memory.kv_cache_bytes),
+            ("activations", memory.activations_bytes),
+            ("workspace (CUDA context, NCCL, allocator)", memory.workspace_bytes), ("total", memory.total_bytes),
+            (f"capacity ({memory.gpu})", memory.capacity_bytes), ("headroom", memory.headroom_bytes))
+    for name, value in rows:
+        over = " OVER" if name == "headroom" and value < 0 else ""
+        table.add_row(name, f"{value / 1e9:.2f}{over}", f"{value / memory.capacity_bytes:.1%}")
+    return table
+
+
+def _print_comparison(cfg, ctx, strategy, proxy, sim, memory: MemoryBreakdown) -> None:
+    """The proxy's and the simulator's step side by side, the memory, the proxy's operators, and each
+    verdict; an invalid plan's tables say INVALID in their titles and throughput cells."""
     con = console()
-    con.print(_breakdown_table(f"{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x {ctx.cluster.gpu.name}, "
-                               f"{ctx.workload.phase}, tp={strategy.tp} ep={strategy.ep} pp={strategy.pp} "
-                               f"dp={strategy.dp} batch={strategy.batch} mb={strategy.microbatches}", proxy, sim))
-    ops = Table(title="proxy: one step by operator")
+    reasons = list(dict.fromkeys(proxy.reasons + sim.reasons))
+    mark = f"INVALID ({', '.join(reasons)}) what-if: " if reasons else ""
+    con.print(_breakdown_table(f"{mark}{cfg.scenario}: {ctx.model.name} on {ctx.cluster.num_gpus} x "
+                               f"{ctx.cluster.gpu.name}, {ctx.workload.phase}, tp={strategy.tp} ep={strategy.ep} "
+                               f"pp={strategy.pp} dp={strategy.dp} batch={strategy.batch} "
+                               f"mb={strategy.microbatches}", proxy, sim, bool(reasons)))
+    con.print(_memory_table(memory))
+    ops = Table(title="proxy: one step by operator" + (" (INVALID plan)" if reasons else ""))
     ops.add_column("operator")
     ops.add_column("ms", justify="right")
     ops.add_column("share", justify="right")
@@ -199,6 +246,23 @@ def _write_outputs(cfg, ctx, graph, engine, strategy, sim, payload: dict, out: P
     return written
 
 
+def _refuse_invalid(cfg, ctx, strategy, proxy) -> None:
+    """Raise :class:`UserError` for a plan that cannot run (any reason but an SLO miss): one line naming
+    each reason with its numbers (``hbm_capacity: 96.1 GB per GPU (weights 70.6, ...) > 85.5 GB on h100-sxm``)."""
+    overflow = redundant_fit_error(ctx, strategy)
+    if overflow:  # the replicas alone break the memory budget
+        raise UserError(overflow)
+    blocking = [r for r in proxy.reasons if r not in _SLO_REASONS]
+    if not blocking:
+        return
+    line = "; ".join(explain_reasons(ctx, strategy, blocking))
+    made_for = _plan_file(str(cfg.plan)).get("topology") if cfg.plan else None
+    if "device_count" in blocking and isinstance(made_for, dict) \
+            and made_for.get("num_nodes") not in (None, cfg.topology.num_nodes):
+        line += f" (the plan was made for topology.num_nodes={made_for['num_nodes']})"
+    raise UserError(f"strategy: {line}; sim.allow_invalid=true prices it anyway")
+
+
 def run(cfg: DictConfig) -> dict:
     """Simulate the strategy beside the proxy, print both, write ``result.json`` and ``trace.json``
     (and, with ``export``, the target's launch command into ``export_<target>.txt``).
@@ -214,26 +278,24 @@ def run(cfg: DictConfig) -> dict:
         strategy, note = _best_megatron(ctx, cfg)
         source = "best Megatron plan"
         console().print(note)
+    proxy = evaluate(ctx, strategy)
+    if not cfg.sim.allow_invalid:  # bad input: before any table or simulation
+        _refuse_invalid(cfg, ctx, strategy, proxy)
+    memory = memory_breakdown(ctx, strategy)
     graph = build_graph(cfg.topology, cfg.hardware)
     engine = build_engine_config(cfg.sim)
     engine.trace = True
-    overflow = redundant_fit_error(ctx, strategy)
-    if overflow:  # the replicas alone break the memory budget: bad input, before simulating
-        raise UserError(overflow)
-    proxy = evaluate(ctx, strategy)
     sim = simulate(ctx, graph, strategy, engine)
-    _print_comparison(cfg, ctx, strategy, proxy, sim)
+    _print_comparison(cfg, ctx, strategy, proxy, sim, memory)
     out = run_dir()
+    reasons = list(dict.fromkeys(proxy.reasons + sim.reasons))
     payload = {"scenario": cfg.scenario, "strategy_source": source, "model": model_summary(ctx.model),
+               "valid": not reasons, "invalid_reason": ";".join(reasons), "memory": memory.to_dict(),
                "proxy": proxy.to_dict(), "sim": sim.to_dict()}
     written = _write_outputs(cfg, ctx, graph, engine, strategy, sim, payload, out)
     if note:
         console().print(f"simulated: {source} of {cfg.scenario}")
     console().print(f"simulated in {sim.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
-    structural = [r for r in proxy.reasons if r not in ("hbm_capacity", "ttft_slo", "tpot_slo")]
-    if structural:  # the user's strategy cannot run at all: bad input (results are written above)
-        raise UserError(f"strategy: not runnable on {ctx.cluster.num_gpus} GPUs of {ctx.model.name}: "
-                        f"{', '.join(structural)} (tp*ep*pp*dp = {strategy.gpus})")
     return payload
 
 
@@ -249,7 +311,7 @@ def _main(cfg: DictConfig) -> float:
     if "result" in payload:  # workload=serving
         metrics = payload["result"]["metrics"]
         return float(metrics["output_tokens_per_s_per_gpu"]) if metrics else 0.0
-    return float(payload["sim"]["tokens_per_s_per_gpu"])
+    return float(payload["sim"]["tokens_per_s_per_gpu"]) if payload["valid"] else 0.0  # a sweep ranks no invalid plan
 
 
 main = config_errors_exit_2(_main)

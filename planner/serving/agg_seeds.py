@@ -12,7 +12,7 @@ within the TPOT SLO are good aggregated layouts too. Two sources pick them:
   its decode steps (fewest GPUs first among equals), best ``max_num_seqs`` per layout. Before it, the
   aggregated-only warm start had only the Megatron-style plans, which fill the cluster: on
   ``small-dense`` (8 clients of Llama-3.1-8B on one node) PPO's 40 simulations of
-  ``python -m validation.serving_disagg --modes agg`` stopped at 2x(tp1), half the optimum 1x(tp1).
+  ``python -m validation.studies.serving.disagg --modes agg`` stopped at 2x(tp1), half the optimum 1x(tp1).
 
 :func:`aggregated_seeds` turns each picked decode pool into an aggregated plan with that pool's
 ``max_num_seqs``. It takes as many workers as the cluster holds, as the Megatron-style warm start fills
@@ -26,7 +26,7 @@ it does under open arrivals, which have no client count. The two ends:
 
 - 8 clients of Llama-3.1-8B on one node (``small-dense``): filling the cluster seeded 8x(tp1), while
   1x(tp1) is the optimum; at 40 simulations PPO, random search and the random walk then ended at 0.56
-  of it on some seeds (``python -m validation.serving_disagg --methods-on small-dense --budget 40``);
+  of it on some seeds (``python -m validation.studies.serving.disagg --methods-on small-dense --budget 40``);
 - DeepSeek-V3 at 256 clients on 64 GPUs (``deepseek-8node``): one worker per 256-sequence batch cannot
   prefill the load in time, so the seeds fill the cluster, and 4x(tp1 ep16) is the optimum.
 

@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 from planner.errors import UserError
 from simcore.config import build_engine_config, build_workload, slo_seconds
 from simcore.cost.lowering import CostContext
-from simcore.models import get_model
 from simcore.serving import (
     LengthDist,
     Pool,
@@ -27,7 +26,7 @@ from simcore.serving import (
     read_trace,
     runtime_strategy,
 )
-from topologies.scenario import build_cluster
+from topologies.scenario import build_cluster, model_of
 
 __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
            "build_serving_context", "plan_from_dict", "plan_from_config", "load_serving_plan", "is_serving"]
@@ -107,7 +106,9 @@ class ServingAppConfig:
     speculative decoding's draft tokens per step (0: off; the model's MTP module or an EAGLE head) with
     ``spec_accept`` the acceptance of each draft position (``null``: aiconfigurator's defaults,
     ``simcore.serving.speculative``), also written into the launch scripts; SLOs on the mean TTFT and TPOT in ms (``null``: none);
-    ``network``: KV hand-offs of disaggregated plans as flows on the topology (else idle-fabric time)."""
+    ``network``: KV hand-offs of disaggregated plans as flows on the topology (else idle-fabric time);
+    ``trace_requests``: requests ``shard-sim`` gives a track in its ``trace.json``, spread over the run
+    (-1: all, 0: none; the workers' steps and the counters are always there; :mod:`simcore.serving.trace`)."""
 
     concurrency: int = 64
     rate: float | None = None
@@ -125,6 +126,7 @@ class ServingAppConfig:
     tpot_slo_ms: float | None = None
     seed: int = 0
     network: bool = True
+    trace_requests: int = 64
     plan: ServingPlanConfig = field(default_factory=ServingPlanConfig)
     search: ServingSearchConfig = field(default_factory=ServingSearchConfig)
 
@@ -196,7 +198,7 @@ def build_serving_context(cfg):
                                                              "output_len": int(s.osl), "ttft_slo_ms": None,
                                                              "tpot_slo_ms": None}))
     routing = build_engine_config(cfg.sim).routing if "sim" in cfg else None
-    model = get_model(cfg.model.name)
+    model = model_of(cfg.model)
     window = model.max_position_embeddings  # the runtimes' default max_model_len; 0: not in the config
     if window and int(s.isl) + int(s.osl) > window:
         raise UserError(f"serving.isl + serving.osl: {int(s.isl)} + {int(s.osl)} tokens exceed {model.name}'s "

@@ -19,13 +19,12 @@ seeds, ``serving.search.pool_seeds`` of them, and the aggregated seeds of :mod:`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from types import SimpleNamespace
 
 import numpy as np
 
 from planner.baselines import Annealing, Genetic, RandomSearch, RandomWalk
-from planner.config import PlannerConfig, check_planner_settings
+from planner.config import check_planner_settings, method_defaults
 from planner.search import PPOSearch
 from planner.serving.evaluator import ServingEvaluator
 
@@ -37,13 +36,15 @@ METHODS = (*_ITERATIVE, "megatron", "poolwise", "exact", "tpe", "cmaes")
 
 
 def method_config(pcfg=None, **overrides) -> SimpleNamespace:
-    """The knobs a method reads: :class:`~planner.config.PlannerConfig`'s defaults, then ``pcfg``'s
-    fields (a composed ``planner`` node or any object), then ``overrides``. PPO's polish and diverse
-    elite are off (see the module docstring). A bad setting is a :class:`~simcore.config.ConfigError`
-    naming the field (:func:`~planner.config.check_planner_settings`, the static search's rules): a
-    population of 0 would otherwise never spend the budget."""
-    base = {f.name: getattr(PlannerConfig(), f.name) for f in fields(PlannerConfig)}
+    """The knobs a method reads: every planner schema's defaults (:func:`~planner.config.method_defaults`),
+    then the fields ``pcfg`` has (a composed ``planner`` node, whose option's schema holds that method's
+    knobs, or any object), then ``overrides``. PPO's polish and diverse elite are off (see the module
+    docstring). A bad setting is a :class:`~simcore.config.ConfigError` naming the field
+    (:func:`~planner.config.check_planner_settings`, the static search's rules): a population of 0 would
+    otherwise never spend the budget; so is a ``planner.name`` that is not its option's method."""
+    base = method_defaults()
     if pcfg is not None:
+        check_planner_settings(pcfg)
         base |= {k: getattr(pcfg, k) for k in base if hasattr(pcfg, k)}
     cfg = SimpleNamespace(**(base | {"polish": False, "elite_diverse": False} | overrides))
     check_planner_settings(cfg)

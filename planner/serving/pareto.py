@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.serving.evaluator import slo_miss
-from simcore.files import atomic_save_figure, atomic_write_text
+from simcore.files import atomic_save_figure, atomic_write_text, pyplot
 from simcore.serving import ServingConfig, ServingPlan, simulate_serving
 
 __all__ = ["pareto_mask", "point", "sweep_loads", "best_per_slo", "closest_misses", "write_points", "plot_front",
@@ -67,14 +67,18 @@ def _scaled(cfg: ServingConfig, load: float) -> ServingConfig:
     return cfg
 
 
-def sweep_loads(ctx, plans: list[ServingPlan], cfg: ServingConfig, loads, graph=None, runtime=None) -> list[dict]:
-    """Every plan at every load (``load`` multiplies the concurrency or rate; a trace is replayed once)."""
+def sweep_loads(ctx, plans: list[ServingPlan], cfg: ServingConfig, loads, graph=None, runtime=None,
+                on_point=None) -> list[dict]:
+    """Every plan at every load (``load`` multiplies the concurrency or rate; a trace is replayed once);
+    ``on_point(row)`` is called as each simulation ends (a progress bar)."""
     loads = [1.0] if cfg.arrival == "trace" else list(loads)
     rows = []
     for load in loads:
         scaled = _scaled(cfg, float(load))
         for plan in plans:
             rows.append(point(simulate_serving(ctx, plan, scaled, graph=graph, runtime=runtime), scaled, float(load)))
+            if on_point is not None:
+                on_point(rows[-1])
     return rows
 
 
@@ -144,10 +148,7 @@ def write_points(path: Path, rows: list[dict], columns=POINT_COLUMNS) -> None:
 
 def plot_front(path: Path, rows: list[dict], title: str) -> None:
     """tokens/s/GPU (y) against tokens/s/user (x): every point by mode, the front as a staircase."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for mode, marker, color in (("agg", "o", "tab:blue"), ("disagg", "s", "tab:orange")):

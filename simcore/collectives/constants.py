@@ -4,7 +4,7 @@ Everything is SI (seconds, bytes, bytes/s). The NCCL numbers are copied from ``s
 ``topo.h`` and ``search.cc`` as summarised in ``shared/reference/simulators.md`` section 3; tuples
 indexed by protocol are ordered ``(ll, ll128, simple)`` and tuples indexed by node count are ordered
 ``(1 node, 2 nodes, 3+ nodes)`` exactly as NCCL's tables are. The calibrated fields at the end are fitted
-by ``python -m validation.fit_collectives`` on ``validation/data/collectives_calibration.csv``.
+by ``python -m validation.studies.collectives.fit`` on ``validation/data/collectives_calibration.csv``.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class NcclConstants:
     nvls_max_channels: int = 16                     # NVLS_NCHANNELS_SM90 (one channel per local rank)
     nvls_max_arity: int = 32                        # NCCL_MAX_NVLS_ARITY: NVLS all-gather/reduce-scatter
     max_channel_bw_intra: float = 60.0 * _GB        # fastest per-channel speed NCCL's sm90 search tries
-    # ---- calibrated physical parameters: fitted by `python -m validation.fit_collectives` ----
+    # ---- calibrated physical parameters: fitted by `python -m validation.studies.collectives.fit` ----
     # on the fit set validation/data/collectives_calibration.csv (450 rows, split=fit; the NVLink terms on
     # its 298 single-node rows: bandwidth terms on those >= 1 GiB, the NVLS fill on those >= 1 MiB, each
     # row charged its measuring harness's per-call overhead; the fabric terms below on its 152 multi-node
@@ -132,7 +132,7 @@ class NcclConstants:
     nvlink_efficiency: float = 0.7973
     # Per scale-out fabric (``Fabric.scale_out``): the fraction of the NIC line rate NCCL reaches, the
     # network latency added per inter-node hop (NCCL's ``latencyInter``, twice for Simple) and the network
-    # pipeline fill below. Fitted by ``python -m validation.fit_collectives`` on the multi-node rows of the
+    # pipeline fill below. Fitted by ``python -m validation.studies.collectives.fit`` on the multi-node rows of the
     # fit set (validation/data/collectives_calibration.csv, split=fit): efficiency and fill on rows >= 1 MiB,
     # latency on nccl-tests rows < 1 MiB. The plain fields are InfiniBand's: 106 rows of NVIDIA/nccl-tests
     # issue 309 (2, 4, 8 HGX H100 nodes); 0.840 is below the 0.92-0.96 NCCL's maintainers expect of NDR
@@ -149,7 +149,7 @@ class NcclConstants:
     # (validation/studies/collectives/harness.py), but no harness in the collectives data is a serving runtime, so
     # fit_collectives cannot see it (each of its rows is charged its own harness's cost instead, and
     # nccl-tests' base is a prior, 0). Fitted with the host time per step (GpuSpec.iteration_overhead_s)
-    # by `python -m validation.fit_inference` on the fit rows of validation/data/inference_calibration.csv
+    # by `python -m validation.studies.inference.fit` on the fit rows of validation/data/inference_calibration.csv
     # (TensorRT-LLM C++ benchmarks), searched between nccl-tests' 0 and eager torch.distributed's 22.24 us:
     # it lands on that bound (median |error| 7.0%; 18 us: 7.4%, 0 us: 9.9%), so these rows' tensor-parallel
     # collectives cost more than NCCL's latency plus any harness's call; the surface is flat above 12 us.

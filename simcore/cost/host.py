@@ -31,7 +31,7 @@ __all__ = ["GRAPH_KERNEL_S", "graph_kernel_s", "kernel_fixed_s", "with_host", "l
 
 #: Fixed time of one kernel inside a replayed CUDA graph (no launch, only the GPU's ramp-up and tail):
 #: the default of every serving profile (``RuntimeProfile.graph_kernel_s``), measured by
-#: ``validation/measure_launch.py``.
+#: ``validation/studies/serving/measure_launch.py``.
 GRAPH_KERNEL_S = 2.0e-6
 
 

@@ -11,14 +11,16 @@ turns one mask into names such as ``"hbm_capacity"``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from simcore.cost.lowering import CostContext, StrategyArrays
 from simcore.models import sparse_attention as dsa
 from simcore.strategy.opgraph import DIM0, DIM1, REPLICATED, model_ops
 
-__all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "structural_reasons",
-           "redundant_fit_error"]
+__all__ = ["REASONS", "reason_names", "stage_layers", "memory_per_gpu_bytes", "MemoryBreakdown",
+           "memory_breakdown", "structural_reasons", "explain_reasons", "redundant_fit_error"]
 
 REASONS = (
     "device_count",      # tp * ep * pp * dp differs from the cluster's GPU count
@@ -76,8 +78,9 @@ def _shard(choice: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(choice == REPLICATED, 1.0, t)
 
 
-def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
-    """Peak HBM bytes of the fullest GPU (max over pipeline stages), per strategy."""
+def _layer_terms(ctx: CostContext, s: StrategyArrays) -> dict[str, np.ndarray]:
+    """Bytes per GPU of one layer's parts (``attn``, ``dense``, ``moe`` weights; ``kv``: KV cache and
+    linear-attention state), of the ``embedding`` and ``lm_head``, and of the step's ``activations``."""
     m, w = ctx.model, ctx.workload
     ops = model_ops(m)
     t = s.tp.astype(float)
@@ -102,22 +105,83 @@ def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     state_layer = m.linear_state_bytes_per_sequence(w.activation_bytes) / m.num_layers
     kv = kv + state_layer * seqs_local / np.where(c_attn == DIM1, t, 1.0)
 
-    n_dense, n_moe, in_stage = stage_layers(m, s.pp)
-    per_stage = n_dense * (attn + dense + kv)[:, None] + n_moe * (attn + moe + kv)[:, None]
-    stages = np.arange(per_stage.shape[1])[None, :]
-    tied_single = m.tied_embeddings & (s.pp == 1)
-    emb = weights("embedding")
-    head = np.where(tied_single, 0.0, weights("lm_head"))
-    per_stage = per_stage + np.where(stages == 0, emb[:, None], 0.0)
-    per_stage = per_stage + np.where(stages == (s.pp - 1)[:, None], head[:, None], 0.0)
-    per_stage = np.where(in_stage, per_stage, 0.0)
-
     tokens = s.batch / (s.ep * s.microbatches) * (w.input_len if w.phase != "decode" else 1)
     widest = max(op.out_features for name, op in ops.items() if name not in ("embedding", "lm_head"))
     widest = max(widest, m.top_k * (2 if m.gated_mlp else 1) * max(m.expert_ffn_size, 1))
     logits = s.batch / s.ep * m.vocab_size * 4.0  # fp32 logits of the last position
     activations = tokens * w.activation_bytes * (4.0 * m.hidden_size + widest) + logits
-    return per_stage.max(axis=1) + activations
+    return {"attn": attn, "dense": dense, "moe": moe, "kv": kv, "embedding": weights("embedding"),
+            "lm_head": weights("lm_head"), "activations": activations}
+
+
+def _stage_bytes(ctx: CostContext, s: StrategyArrays, terms: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Weights + KV bytes of each stage's GPU and the KV bytes alone, shape ``[n, max(pp)]``."""
+    m = ctx.model
+    attn, dense, moe, kv = terms["attn"], terms["dense"], terms["moe"], terms["kv"]
+    n_dense, n_moe, in_stage = stage_layers(m, s.pp)
+    per_stage = n_dense * (attn + dense + kv)[:, None] + n_moe * (attn + moe + kv)[:, None]
+    stages = np.arange(per_stage.shape[1])[None, :]
+    tied_single = m.tied_embeddings & (s.pp == 1)
+    head = np.where(tied_single, 0.0, terms["lm_head"])
+    per_stage = per_stage + np.where(stages == 0, terms["embedding"][:, None], 0.0)
+    per_stage = per_stage + np.where(stages == (s.pp - 1)[:, None], head[:, None], 0.0)
+    return np.where(in_stage, per_stage, 0.0), np.where(in_stage, (n_dense + n_moe) * kv[:, None], 0.0)
+
+
+def memory_per_gpu_bytes(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
+    """Peak HBM bytes of the fullest GPU (max over pipeline stages), per strategy."""
+    terms = _layer_terms(ctx, s)
+    return _stage_bytes(ctx, s, terms)[0].max(axis=1) + terms["activations"]
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """One strategy's HBM on its fullest GPU (the pipeline stage holding the most), by part, in bytes.
+
+    ``workspace_bytes`` is what the model leaves aside on every GPU (CUDA context, NCCL buffers,
+    allocator slack: :attr:`GpuSpec.hbm_reserved_bytes`); the plan fits when ``total_bytes`` (the
+    four parts) is at most ``capacity_bytes``, the GPU's HBM, the test behind ``hbm_capacity``."""
+
+    gpu: str
+    weights_bytes: float
+    kv_cache_bytes: float  # KV cache and linear-attention state
+    activations_bytes: float
+    workspace_bytes: float
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights_bytes + self.kv_cache_bytes + self.activations_bytes + self.workspace_bytes
+
+    @property
+    def headroom_bytes(self) -> float:
+        """Capacity left (negative: over capacity)."""
+        return self.capacity_bytes - self.total_bytes
+
+    def to_dict(self) -> dict:
+        return {"gpu": self.gpu, "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
+                "activations_bytes": self.activations_bytes, "workspace_bytes": self.workspace_bytes,
+                "total_bytes": self.total_bytes, "capacity_bytes": self.capacity_bytes,
+                "headroom_bytes": self.headroom_bytes, "fits": self.headroom_bytes >= 0}
+
+    def line(self) -> str:
+        """``96.1 GB per GPU (weights 70.6, KV 21.5, activations 0.0, workspace 4.0) > 85.5 GB on h100-sxm``."""
+        op = ">" if self.headroom_bytes < 0 else "<="
+        return (f"{self.total_bytes / 1e9:.1f} GB per GPU (weights {self.weights_bytes / 1e9:.1f}, KV "
+                f"{self.kv_cache_bytes / 1e9:.1f}, activations {self.activations_bytes / 1e9:.1f}, workspace "
+                f"{self.workspace_bytes / 1e9:.1f}) {op} {self.capacity_bytes / 1e9:.1f} GB on {self.gpu}")
+
+
+def memory_breakdown(ctx: CostContext, strategy) -> MemoryBreakdown:
+    """:class:`MemoryBreakdown` of one strategy: the parts of :func:`memory_per_gpu_bytes` on the
+    GPU it counts, plus the reserved workspace."""
+    s = StrategyArrays.from_strategies([strategy])
+    terms = _layer_terms(ctx, s)
+    held, kv = _stage_bytes(ctx, s, terms)
+    fullest = int(np.argmax(held[0]))
+    gpu = ctx.cluster.gpu
+    return MemoryBreakdown(gpu.name, float(held[0, fullest] - kv[0, fullest]), float(kv[0, fullest]),
+                           float(terms["activations"][0]), float(gpu.hbm_reserved_bytes), float(gpu.hbm_bytes))
 
 
 def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
@@ -163,6 +227,48 @@ def structural_reasons(ctx: CostContext, s: StrategyArrays) -> np.ndarray:
     # each replica needs a rank that lacks its expert: at most E x (ep - 1) of them
     mask |= np.where(s.redundant > m.num_experts * (s.ep - 1), bit("redundant_experts"), 0)
     return mask
+
+
+def _feature_detail(ctx: CostContext, strategy) -> str:
+    """The first operator whose sharded dimension ``tp`` does not divide, with the numbers."""
+    ops = model_ops(ctx.model)
+    s, t = StrategyArrays.from_strategies([strategy]), strategy.tp
+    for name, op in ops.items():
+        if name in ("attention", "qkv", "embedding", "lm_head"):
+            continue
+        c = int(s.choice[name][0])
+        size = op.in_features if c == DIM0 else op.out_features if c == DIM1 else 0
+        if size and size % t:
+            return f"{name} splits {size} features over tp={t}"
+    return f"a sharded dimension over tp={t}"
+
+
+def explain_reasons(ctx: CostContext, strategy, reasons: list[str]) -> list[str]:
+    """``reason: the numbers behind it`` for each of one strategy's ``reasons`` (names of :data:`REASONS`),
+    e.g. ``device_count: tp*ep*pp*dp = 3*1*1*1 = 3 GPUs, the cluster has 8``."""
+    m, st, w = ctx.model, strategy, ctx.workload
+    gpus = st.tp * st.ep * st.pp * st.dp
+    heads = f"{m.num_heads} heads, {m.num_kv_heads} KV heads"
+    if m.is_hybrid:
+        heads += f", {m.linear_key_heads}/{m.linear_value_heads} linear key/value heads"
+    detail = {
+        "device_count": lambda: f"tp*ep*pp*dp = {st.tp}*{st.ep}*{st.pp}*{st.dp} = {gpus} GPUs, "
+                                f"the cluster has {ctx.cluster.num_gpus}",
+        "heads_divisibility": lambda: f"{heads} over tp={st.tp}",
+        "feature_divisibility": lambda: _feature_detail(ctx, st),
+        "experts_divisibility": lambda: (f"ep={st.ep} over {m.num_experts} routed experts" if m.is_moe
+                                         else f"ep={st.ep} on a dense model"),
+        "layers": lambda: f"pp={st.pp} stages for {m.num_layers} layers",
+        "batch_divisibility": lambda: f"batch={st.batch} over ep*microbatches = {st.ep * st.microbatches}",
+        "hbm_capacity": lambda: memory_breakdown(ctx, st).line(),
+        "ttft_slo": lambda: f"TTFT above the {w.ttft_slo_s * 1e3:g} ms SLO",
+        "tpot_slo": lambda: f"TPOT above the {w.tpot_slo_s * 1e3:g} ms SLO",
+        "domain_straddle": lambda: f"tp={st.tp}, tp*ep={st.tp * st.ep} neither tile nor cover NVLink domains of "
+                                   f"{ctx.cluster.nvlink_domain_size} GPUs",
+        "redundant_experts": lambda: f"{st.redundant_experts} replicas, at most {m.num_experts}*(ep-1) = "
+                                     f"{m.num_experts * (st.ep - 1)}",
+    }
+    return [f"{r}: {detail[r]()}" if r in detail else r for r in reasons]
 
 
 def redundant_fit_error(ctx: CostContext, strategy) -> str | None:

@@ -4,7 +4,7 @@ Everything is SI: FLOP/s, bytes, bytes/s, seconds. Hopper peak figures come from
 ``shared/reference/specs_h100.md``, Blackwell ones from the sources next to ``B200``/``GB200``; the
 achievable fractions (``gemm_efficiency``,
 ``hbm_efficiency``, ``kernel_overhead_s`` ...) are fitted on published kernel
-measurements by ``python -m validation.fit_kernels`` (see that script for the data and
+measurements by ``python -m validation.studies.kernels.fit`` (see that script for the data and
 the fit) and copied here so the simulator needs no data at run time.
 """
 
@@ -39,7 +39,7 @@ class GpuSpec:
     gpus_per_node: int = 8
     num_sms: int = 132
     arch: str = "hopper"  # NCCL's tuning-table row: hopper (sm90) | blackwell (sm100)
-    # Calibrated by `python -m validation.fit_kernels` on validation/data/kernels_h100.csv (439 rows:
+    # Calibrated by `python -m validation.studies.kernels.fit` on validation/data/kernels_h100.csv (439 rows:
     # XLA BF16 GEMMs, cuBLASLt/DeepGEMM/torch FP8 GEMMs, STREAM, FlashAttention/FlashMLA); rounded.
     gemm_tile: int = 64  # effective output-tile granularity of wave quantization (grid 64/128/256)
     gemm_efficiency: dict[str, float] = dataclasses.field(default_factory=lambda: {"bf16": 0.79, "fp8": 0.64})
@@ -50,7 +50,7 @@ class GpuSpec:
     hbm_reserved_bytes: float = 4.0e9  # CUDA context, NCCL buffers, allocator slack
     # Host time of one step that no kernel covers (scheduling, input preparation, sampling), charged
     # once per step (a prefill pass, a decode step of every microbatch) beside the GPU's (simcore/cost/host.py).
-    # Fitted with NcclConstants.launch_overhead_s by `python -m validation.fit_inference` on the fit rows
+    # Fitted with NcclConstants.launch_overhead_s by `python -m validation.studies.inference.fit` on the fit rows
     # of validation/data/inference_calibration.csv (TensorRT-LLM C++ benchmarks: eager, synchronous):
     # 1.75 ms, median |error| 7.0% (27 rows). Serving runtimes have their own (simcore/serving/runtime.py).
     iteration_overhead_s: float = 1.75e-3
@@ -93,7 +93,7 @@ _GB = 1e9
 # H100 SXM5 "80 GB": 989.4 TFLOP/s dense BF16, 1978.9 FP8 (NVIDIA Hopper whitepaper via
 # glennklockwood.com/garden/processors/h100); HBM3 at 3.35 TB/s (stas00 ml-engineering);
 # NVLink4 18 links x 25 GB/s = 450 GB/s per direction; one ConnectX-7 NDR 400 Gb/s NIC per GPU
-# (DGX H100 user guide). Efficiencies: validation/fit_kernels.py on validation/data/kernels_h100.csv.
+# (DGX H100 user guide). Efficiencies: validation/studies/kernels/fit.py on validation/data/kernels_h100.csv.
 # hbm_bytes is the capacity the driver reports, not the marketing figure: NVIDIA's "80 GB" and
 # "141 GB" are 81,559 MiB = 85.52e9 B and 143,771 MiB = 150.75e9 B in nvidia-smi (NVML; table in
 # https://thundergolfer.com/blog/nvidia-gpu-memory-capacity), and the runtimes' memory fractions

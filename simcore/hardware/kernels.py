@@ -3,7 +3,7 @@
 Every function takes Python floats or numpy arrays (broadcast together) and returns float64
 seconds: a ``numpy.float64`` scalar for scalar inputs, an array otherwise. The only parameters
 are the physical ones on :class:`~simcore.hardware.gpus.GpuSpec` (peak rates, SM count, output tile,
-and the efficiencies fitted by ``python -m validation.fit_kernels``); nothing depends on the
+and the efficiencies fitted by ``python -m validation.studies.kernels.fit``); nothing depends on the
 particular shape being a measured one.
 
 A kernel costs ``max(compute time, memory time) + kernel_overhead_s``: compute and HBM traffic
@@ -24,7 +24,7 @@ __all__ = ["gemm_flops", "gemm_bytes", "gemm_time_s", "attention_time_s", "memor
 #: quantize their input activations to FP8 (the output stays BF16 either way).
 _ACTIVATION_OUT_BYTES = 2.0
 #: Fixed latency of a decode attention kernel beyond ``kernel_overhead_s`` (s): the KV-block chain and
-#: the split-KV merge. Fitted by ``python -m validation.fit_kernels`` (median residual of the fit
+#: the split-KV merge. Fitted by ``python -m validation.studies.kernels.fit`` (median residual of the fit
 #: split's decode rows, H100: FlashAttention-2 paged decode timed with nvbench).
 DECODE_ATTENTION_FILL_S = 1.17e-5
 

@@ -12,9 +12,9 @@
 
 from simcore.models.catalog import get_model, model_summary
 from simcore.models.hf_config import from_hf_config
-from simcore.models.ids import CONFIG_DIR, MODEL_NAMES, preset_for
+from simcore.models.ids import CONFIG_DIR, MODEL_NAMES, closest_ids, preset_for, published_ids
 from simcore.models.reader import ModelConfigError
 from simcore.models.spec import ModelSpec
 
-__all__ = ["CONFIG_DIR", "MODEL_NAMES", "ModelConfigError", "ModelSpec", "from_hf_config", "get_model",
-           "model_summary", "preset_for"]
+__all__ = ["CONFIG_DIR", "MODEL_NAMES", "ModelConfigError", "ModelSpec", "closest_ids", "from_hf_config", "get_model",
+           "model_summary", "preset_for", "published_ids"]

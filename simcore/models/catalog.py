@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from simcore.models.hf_config import from_hf_config
-from simcore.models.ids import CONFIG_DIR, MODEL_NAMES, preset_for
+from simcore.models.ids import CONFIG_DIR, MODEL_NAMES, closest_ids, preset_for
 from simcore.models.spec import ModelSpec
 
 __all__ = ["get_model", "model_summary"]
@@ -30,9 +30,11 @@ def get_model(name_or_path: str | os.PathLike[str]) -> ModelSpec:
     preset = None if text.endswith(".json") else preset_for(text)
     if preset is not None:
         return _preset(preset)
-    if text.endswith(".json") or os.sep in text or Path(text).is_file():
+    if text.endswith(".json") or Path(text).is_file():
         return from_hf_config(text)
-    raise ValueError(f"unknown model {text!r}; valid names: {', '.join(MODEL_NAMES)}")
+    close = closest_ids(text)
+    hint = f"closest: {', '.join(close)}" if close else f"presets: {', '.join(MODEL_NAMES)}"
+    raise ValueError(f"unknown model {text!r} (a preset, a published id or a config.json path); {hint}")
 
 
 def model_summary(model: ModelSpec | str) -> dict[str, Any]:

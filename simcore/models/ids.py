@@ -17,13 +17,14 @@ True
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from pathlib import Path
 
 from simcore.models.reader import REJECTED, ModelConfigError
 
-__all__ = ["MODEL_NAMES", "CONFIG_DIR", "preset_for"]
+__all__ = ["MODEL_NAMES", "CONFIG_DIR", "preset_for", "published_ids", "closest_ids"]
 
 #: Directory holding the preset ``<name>.json`` files.
 CONFIG_DIR = Path(__file__).with_name("configs")
@@ -103,3 +104,22 @@ def preset_for(model_id: str) -> str | None:
         raise ModelConfigError(f"model {model_id!r} is a {kind!r} model with {REJECTED[kind]}, "
                                "which the cost model does not express")
     return presets.get(key)
+
+
+def published_ids() -> tuple[str, ...]:
+    """Every published model id the catalog maps to a preset (each preset's own and its same-shape ids)."""
+    ids = []
+    for name in MODEL_NAMES:
+        source = json.loads((CONFIG_DIR / f"{name}.json").read_text()).get("_source", "")
+        ids += [i for i in (source, *_SAME_SHAPE.get(name, ())) if "/" in i]
+    return tuple(dict.fromkeys(ids))
+
+
+def closest_ids(name: str, n: int = 3) -> list[str]:
+    """The presets and published ids closest to ``name`` (difflib, case-insensitive), for error messages."""
+    known = {k.lower(): k for k in (*MODEL_NAMES, *published_ids())}
+    close = difflib.get_close_matches(name.lower(), known, n=n, cutoff=0.4)
+    if not close and "/" in name:  # an unknown organisation: match the model's own name
+        tails = {k.rsplit("/", 1)[-1]: k for k in known}
+        close = [tails[t] for t in difflib.get_close_matches(name.lower().rsplit("/", 1)[-1], tails, n=n, cutoff=0.4)]
+    return [known[k] for k in close]

@@ -26,7 +26,7 @@ state (memory bound). Both are priced by :func:`core_time_s`: the FLOPs at the f
 :func:`simcore.hardware.kernels.attention_time_s`, the bytes at :data:`GDN_HBM_EFFICIENCY` of peak bandwidth, and
 the chunked form's serial state pass takes at least :data:`GDN_CHUNK_LATENCY_S` per chunk
 (:func:`chain_s`); both constants are fitted on timings of flash-linear-attention's own kernels
-(``python -m validation.fit_linear_attention``). The conv1d and the gated norm are memory-bound kernels.
+(``python -m validation.studies.attention.fit_linear``). The conv1d and the gated norm are memory-bound kernels.
 Sizes are elements, times seconds, bytes bytes.
 """
 
@@ -47,7 +47,7 @@ _PREFILL_CORE_KERNELS = 8
 #: Share of peak HBM bandwidth flash-linear-attention's delta-rule kernels reach, the recurrent decode
 #: update and the chunked prefill alike (its recurrent kernel runs one warp per 8-column slice of a head's
 #: state, too little in flight to stream at a copy's rate). Fitted by ``python -m
-#: validation.fit_linear_attention`` on this project's H100 timings of fla-core 0.6.0
+#: validation.studies.attention.fit_linear`` on this project's H100 timings of fla-core 0.6.0
 #: (``validation/data/kernels_h100_gdn_measured.csv``, FP32-state rows; H200 assumed alike).
 GDN_HBM_EFFICIENCY = 0.75
 #: Least time of one chunk's step in the chunked prefill's state pass (s): ``chunk_gated_delta_rule_fwd_h``

@@ -6,7 +6,7 @@ own ``rate_cap_bytes_per_s``). Rates change only when the set of draining flows 
 the network re-solves rates on each arrival/departure and keeps one SimPy timeout for the
 earliest completion; a version counter makes superseded timeouts no-ops.
 
-Performance design (see ``python -m validation.bench_network``):
+Performance design (see ``python -m validation.bench.network``):
 
 - Flows live in *batches*: the flows of one :meth:`FlowNetwork.transfer_group` that share a
   path latency start together with the same size, so they are stored as numpy arrays

@@ -16,6 +16,7 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 - :mod:`.seesaw`: workers re-sharding between a prefill and a decode layout, KV parked in host memory
 - :mod:`.reshard`: what one such switch moves between the GPUs, and how long it takes
 - :mod:`.metrics`: latency and throughput statistics
+- :mod:`.trace`: a run as a Chrome / Perfetto trace (requests' spans, workers' steps, pool and link counters)
 """
 
 from simcore.serving.cluster import shape_error
@@ -25,8 +26,10 @@ from simcore.serving.requests import LengthDist, Request, ServingInputError, rea
 from simcore.serving.runtime import RUNTIMES, RuntimeProfile, get_runtime
 from simcore.serving.simulate import ARRIVALS, ServingConfig, ServingResult, simulate_serving
 from simcore.serving.step_cost import GroupBatch, StepCost
+from simcore.serving.trace import ServingTrace, write_serving_trace
 from simcore.serving.worker import PlanInfeasible
 
 __all__ = ["simulate_serving", "ServingConfig", "ServingResult", "ServingMetrics", "ServingPlan", "Pool",
            "MODES", "runtime_sharding", "runtime_strategy", "ARRIVALS", "LengthDist", "Request", "ServingInputError", "read_trace", "RuntimeProfile",
-           "RUNTIMES", "get_runtime", "GroupBatch", "StepCost", "PlanInfeasible", "shape_error"]
+           "RUNTIMES", "get_runtime", "GroupBatch", "StepCost", "PlanInfeasible", "shape_error", "ServingTrace",
+           "write_serving_trace"]

@@ -52,8 +52,11 @@ class RequestIntake:
 
     env: simpy.Environment
     request_s: float
+    trace = None  # a simcore.serving.trace.ServingTrace, or None (not tracing)
 
     def route(self, req: Request) -> None:
+        if self.trace is not None:
+            self.trace.arrived(req, self.env.now)
         if self.request_s > 0:
             self.env.process(self._after_intake(req))
         else:
@@ -71,8 +74,9 @@ class PoolCluster(RequestIntake):
     """The plan's workers, the router between them and the KV hand-off of disaggregated plans."""
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish,
-                 fast: bool = True):
+                 fast: bool = True, trace=None):
         self.env, self.ctx, self.graph, self.request_s = env, ctx, graph, runtime.request_s
+        self.trace = trace
         self.pools: dict[str, list[Worker]] = {}
         self.kv_tokens: dict[str, int] = {}
         self.costs: list[StepCost] = []
@@ -93,7 +97,7 @@ class PoolCluster(RequestIntake):
             workers = []
             for _w in range(pool.workers):
                 worker = Worker(env, len(self.gpu_offsets), cost, runtime, kv, pool.max_num_seqs, on_finish,
-                                role=role, on_prefilled=self._handoff, fast=fast)
+                                role=role, on_prefilled=self._handoff, fast=fast, trace=trace)
                 self.gpu_offsets[worker.wid] = gpu0
                 gpu0 += pool.gpus_per_worker
                 workers.append(worker)
@@ -104,7 +108,7 @@ class PoolCluster(RequestIntake):
             self.gpu_names = gpu_nodes(graph)
             if gpu0 > len(self.gpu_names):
                 raise PlanInfeasible(f"device_count: the plan needs {gpu0} GPUs, the cluster has {len(self.gpu_names)}")
-            self.network = FlowNetwork(env, graph)
+            self.network = FlowNetwork(env, graph, record=trace is not None)  # the trace's link counters
         m = ctx.model
         self.kv_bytes_per_token = m.kv_cache_bytes_per_token(ctx.workload.kv_bytes)
         self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
@@ -115,6 +119,8 @@ class PoolCluster(RequestIntake):
 
     def _handoff(self, req: Request, src: Worker) -> None:
         req.hold_first()  # streamed by the decode worker (module doc)
+        if self.trace is not None:
+            self.trace.hand_off(req, self.env.now)
         dst = min(self.pools["decode"], key=lambda w: w.load)
         dst.incoming += 1  # outstanding there from now: the next hand-off sees it (Worker.load)
         self.env.process(self._transfer(req, src, dst))
@@ -130,5 +136,8 @@ class PoolCluster(RequestIntake):
             fabric_bw = self.ctx.cluster.gpu.nic_bandwidth_bytes_per_s
             yield self.env.timeout(nbytes / n_src / fabric_bw)
         req.handoff_s = self.env.now
+        if self.trace is not None:
+            self.trace.handed(req, self.env.now, "kv hand-off", {"bytes": nbytes, "from": f"worker {src.wid}",
+                                                               "to": f"worker {dst.wid}"})
         dst.incoming -= 1
         dst.submit(req)

@@ -4,7 +4,7 @@ A profile holds few physical numbers, each with its source:
 
 - ``step_host_s``: host time of one scheduler step that no kernel covers (scheduling, input
   preparation, sampling bookkeeping, detokenization). Fitted per runtime by
-  ``python -m validation.fit_serving`` on the fit half of ``validation/data/serving_h200_measured.csv``.
+  ``python -m validation.studies.serving.fit`` on the fit half of ``validation/data/serving_h200_measured.csv``.
 - ``step_host_per_seq_s``: host time per sequence in the step (building its input, sampling
   bookkeeping, detokenizing and streaming its token): why a small model's TPOT stops improving with
   tensor parallelism at hundreds of running sequences. Fitted with ``step_host_s``.
@@ -24,8 +24,8 @@ A profile holds few physical numbers, each with its source:
   ramp-up and tail), where an isolated kernel costs ``GpuSpec.kernel_overhead_s`` (5.6 us, fitted on
   kernel timings taken one launch at a time). Graph replay removes the CPU launch and driver work,
   leaving ~1-2 us between dependent kernels (NVIDIA, "Getting Started with CUDA Graphs"); fitted with
-  ``step_host_s`` by ``python -m validation.fit_serving``. Measured on a lent H100
-  (``python -m validation.measure_launch``): 1.0 us (in-place add) and 1.6 us (``F.silu``) per kernel in a
+  ``step_host_s`` by ``python -m validation.studies.serving.fit``. Measured on a lent H100
+  (``python -m validation.studies.serving.measure_launch``): 1.0 us (in-place add) and 1.6 us (``F.silu``) per kernel in a
   replayed graph of 1,000, against 3.6 us back to back on a stream.
 - ``custom_ar_s``, ``two_shot_ar_s``, ``custom_ar_max_bytes``: the runtimes' own all-reduce kernels for
   tensor-parallel messages up to 8 MiB inside one NVLink domain (vLLM's ``custom_all_reduce`` ``max_size``
@@ -35,12 +35,12 @@ A profile holds few physical numbers, each with its source:
   ``multimem`` (a reduce-scatter and an all-gather, a barrier each) behind ``two_shot_ar_s``, whichever is
   faster (:func:`simcore.serving.step_cost.custom_all_reduce_time_s`). vLLM's and SGLang's two latencies,
   6 and 12 us, are fitted on published H100 timings of these kernels (``python -m
-  validation.fit_custom_allreduce``), not on serving rows. TensorRT-LLM runs its own one-shot and two-shot
+  validation.studies.collectives.fit_custom_allreduce``), not on serving rows. TensorRT-LLM runs its own one-shot and two-shot
   ``AllReduce``, fused with the residual add and RMSNorm; the fit's SGLang source timed that kernel family
   (SGLang's custom all-reduce was TensorRT-LLM's, ported, from sgl-project/sglang PR #2511 until PR #5079),
   but TensorRT-LLM's serving fit rows score worse with the measured latencies (median |TPOT error| 5.5% at
   its fitted 14 us for both, 6.3% at 6 / 12 us, 7.3% and 7.5% with its MoE time or per-sequence host time then
-  raised; ``python -m validation.score_serving --backend trtllm --mode agg``, in sample), so its one
+  raised; ``python -m validation.studies.serving.score --backend trtllm --mode agg``, in sample), so its one
   latency stays a fitted knob (``fit_serving``), an open question.
 - ``mixed_batches``: prefill chunks and decodes share a step (vLLM v1 chunked prefill, TensorRT-LLM
   in-flight batching); SGLang's default runs prefill and decode in separate steps
@@ -63,7 +63,7 @@ A profile holds few physical numbers, each with its source:
   the scheduler process (vLLM's API server and engine core, SGLang's tokenizer manager, TensorRT-LLM's
   ``trtllm-serve``), detokenizing and streaming the first chunk. It adds to every TTFT, not to TPOT;
   simulated as the request reaching the router that long after it was sent. Fitted per runtime by
-  ``python -m validation.fit_serving`` on the fit set's TTFT (0 before that fit).
+  ``python -m validation.studies.serving.fit`` on the fit set's TTFT (0 before that fit).
 - ``kv_block_tokens``: KV-cache page size (vLLM 16, SGLang 1 (token-granular radix cache), TensorRT-LLM
   32 (``tokens_per_block``)); ``mem_fraction``: share of HBM the runtime may fill with weights,
   activations and KV cache (vLLM ``gpu_memory_utilization`` 0.9), or, where ``mem_fraction_static``,
@@ -89,10 +89,10 @@ A profile holds few physical numbers, each with its source:
   ``fused_moe`` (sorted-token gather, ``BLOCK_SIZE_M`` padding per expert, no warp specialization): the
   published timings of that kernel at 512-4096 tokens (``validation/data/kernels_fused_moe_published.csv``:
   vLLM's ``benchmark_moe.py`` and SGLang's tuning script on H100 and H200) reach ~0.35 of what a dense GEMM
-  of the same shapes would (``python -m validation.fit_moe_kernels``). TensorRT-LLM runs CUTLASS grouped
+  of the same shapes would (``python -m validation.studies.moe.fit_kernels``). TensorRT-LLM runs CUTLASS grouped
   GEMMs: this project's H100 timings of that kernel family (``torch._grouped_mm``, BF16, 8-128 experts x
   128-2,048 tokens at the serving sample's MoE expert shapes) reach ~0.70 (``python -m
-  validation.fit_moe_kernels --runtime trtllm``): short-``k`` down projections and partial tiles cost more
+  validation.studies.moe.fit_kernels --runtime trtllm``): short-``k`` down projections and partial tiles cost more
   in a grouped kernel than in one dense GEMM.
 - ``moe_fp8_at_bf16_rate``: the grouped expert kernel runs FP8 experts at the BF16 tensor-core rate
   (``moe_gemm_efficiency`` of a dense BF16 GEMM's), not at FP8's. Triton's ``fused_moe`` (vLLM, SGLang),
@@ -103,7 +103,7 @@ A profile holds few physical numbers, each with its source:
   (``validation/data/kernels_fused_moe_published.csv``, Qwen3-30B-A3B at 1,024-4,096 tokens on an H100,
   with a default config the same pull request later replaced) reach 188 TFLOP/s at 4,096 tokens: 0.15 of
   a dense FP8 GEMM's rate, 0.24 of a BF16 one's. And the serving fit rows' prefill
-  (``python -m validation.fit_serving --moe-prefill``, vLLM's FP8 MoE rows' TTFT growth with the prompt)
+  (``python -m validation.studies.serving.fit --moe-prefill``, vLLM's FP8 MoE rows' TTFT growth with the prompt)
   wants 0.18 of FP8's rate, i.e. 0.29 of BF16's, next to the 0.35 the BF16 kernel timings give.
   TensorRT-LLM's CUTLASS grouped GEMMs run FP8 on FP8 tensor cores (off).
 - Profile ``sglang-deepep``: SGLang as the literature's large DeepSeek deployments launch it
@@ -127,7 +127,7 @@ A profile holds few physical numbers, each with its source:
   (``moe_align_block_size``), the activation and the weighted combine, each a small kernel, and the
   grouped kernels' grids sized for every expert's padding whatever the tokens (Megatron-LM measured its
   decode MoE routing at ~32 us per layer under CUDA-graph replay on 48 layers, NVIDIA/Megatron-LM PR
-  #6453). Both are fitted per runtime by ``python -m validation.fit_serving --moe`` on the TPOT of the fit
+  #6453). Both are fitted per runtime by ``python -m validation.studies.serving.fit --moe`` on the TPOT of the fit
   set's MoE rows (1.0 and 0 before that fit, the dense GEMM's pricing); a dense model never sees them.
 - ``moe_padded_rows``: rows its FP8 grouped expert kernels compute for every local expert whatever the
   routing (0: only the routed rows). vLLM's DeepGEMM MoE path (``DeepGemmExperts``) lays the routed rows out
@@ -152,7 +152,7 @@ A profile holds few physical numbers, each with its source:
   its start-up memory profile counts on top of those (vLLM's dummy sampler run over ``max_num_seqs``
   sequences of the whole vocabulary, its non-torch allocations: NCCL and custom all-reduce buffers, the
   allocator's slack), taken out of its KV cache. vLLM: 5 GiB (``VLLM_RESERVED_BYTES``, ``python -m
-  validation.kv_capacity --fit`` on the fit source of ``validation/data/kv_capacity_published.csv``:
+  validation.studies.serving.kv_capacity --fit`` on the fit source of ``validation/data/kv_capacity_published.csv``:
   llm-d-benchmark's reading of vLLM's start-up logs of six launches of five models on one or two H100s,
   whose profiles report 4.8-7.4 GiB of activation peak, growing with the vocabulary, and 0.1-0.6 GiB of
   non-torch memory, where the forward's own activations come to ~1 GiB; the test sources, vLLM 0.19's logs
@@ -179,13 +179,13 @@ SCHEDULERS = ("vllm", "sglang", "trtllm")
 MOE_A2A_BACKENDS = ("none", "deepep")
 
 #: Host launch cost of one kernel outside a CUDA graph (cudaLaunchKernel plus framework dispatch).
-#: Measured by this project on a lent H100's host (``python -m validation.measure_launch``,
+#: Measured by this project on a lent H100's host (``python -m validation.studies.serving.measure_launch``,
 #: ``validation/data/launch_h100_measured.csv``, torch 2.11): 7.3 us (``F.silu``), 9.9 us (in-place
 #: add), 14.5 us (``F.linear``, through cuBLAS) per op back to back; 10 us is the median path. It was
 #: 6 us, from PyTorch's "CUDA graphs" blog (2021: 5-10 us) before the measurement.
 EAGER_LAUNCH_S = 10.0e-6
 #: vLLM's and SGLang's own all-reduce kernels' fixed latencies, one-shot and two-shot (module doc,
-#: ``custom_ar_s``): ``python -m validation.fit_custom_allreduce`` on their published H100 timings
+#: ``custom_ar_s``): ``python -m validation.studies.collectives.fit_custom_allreduce`` on their published H100 timings
 #: (``validation/data/allreduce_runtime_published.csv``; fit rows, median |log error| 0.054 on 31 points; the
 #: test rows 0.173 on 13, an SM 9.0 symmetric-memory table at 8 GPUs running faster than the fit)
 CUSTOM_AR_ONE_SHOT_S = 6.0e-6
@@ -193,7 +193,7 @@ CUSTOM_AR_TWO_SHOT_S = 12.0e-6
 #: host time an MoE layer adds to an eager step in SGLang and TensorRT-LLM (module doc, ``eager_moe_layer_s``)
 EAGER_MOE_LAYER_S = 1.30e-3
 #: memory vLLM holds per GPU beside weights, KV cache and the forward's activations (module doc,
-#: ``reserved_bytes``): ``python -m validation.kv_capacity --fit`` on its fit source, 5 GiB (median |log
+#: ``reserved_bytes``): ``python -m validation.studies.serving.kv_capacity --fit`` on its fit source, 5 GiB (median |log
 #: error| of the KV size 0.021 on 6 start-ups; 0 GiB: 0.167), scored out of sample on 14 start-ups of other
 #: sources, versions and runtimes: median |KV size error| 8.1% at 0 GiB, 4.3% at 5 GiB
 VLLM_RESERVED_BYTES = 5.0 * 2**30
@@ -320,14 +320,14 @@ class RuntimeProfile:
         return dataclasses.replace(self, **changes)
 
 
-# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.fit_serving --rows 20` on the fit set of
+# step_host_s, step_host_per_seq_s, custom_ar_s: `python -m validation.studies.serving.fit --rows 20` on the fit set of
 # the H200 serving sample (models in validation.studies.serving.FIT_MODELS; median |log error| of TPOT on its 20
 # rows per runtime: vLLM 0.18, SGLang 0.11, TensorRT-LLM 0.08; vLLM's fit rows are all vllm-sync, v0.12 or
 # unversioned, and ``vllm`` shares their values), with the study's earlier client (fixed lengths, 3 requests per
-# client); not refitted since. moe_gemm_efficiency (vLLM, SGLang): `python -m validation.fit_moe_kernels` on
+# client); not refitted since. moe_gemm_efficiency (vLLM, SGLang): `python -m validation.studies.moe.fit_kernels` on
 # published Triton fused_moe timings at 512-4096 tokens (16 rows of two sources, median |log error| 0.148, 0.407
 # at 1.0), not on serving rows; TensorRT-LLM: `--runtime trtllm` on this project's H100 CUTLASS grouped-GEMM
-# timings (90 BF16 rows at >= 128 tokens per expert, 0.145, 0.265). request_s: `python -m validation.fit_serving
+# timings (90 BF16 rows at >= 128 tokens per expert, 0.145, 0.265). request_s: `python -m validation.studies.serving.fit
 # --only-request` on the fit rows InferenceX's client measured, with that client (10 requests per client), the
 # harness's launch flags (validation/studies/serving/launch.py: TensorRT-LLM's batch waiting and attention-DP
 # balancing included) and TensorRT-LLM's memory fraction of the free memory, each measurement once, with the MoE
@@ -336,14 +336,14 @@ class RuntimeProfile:
 # 160 ms (`--runtimes sglang`, 2.6 min: 0.090 on its 15 rows; 200 ms since, below). 160 ms is still far more than an HTTP path and a
 # tokenizer take: it absorbs TTFT the simulator does not explain on its DeepSeek rows (validation/reports/serving/history.md);
 # TensorRT-LLM's rows split, Llama-70B's wanting ~45 ms and DeepSeek-R1's ~300 ms (the median lands at 30).
-# moe_memory_efficiency, moe_layer_s, then request_s again: `python -m validation.fit_serving --moe --rows 12
+# moe_memory_efficiency, moe_layer_s, then request_s again: `python -m validation.studies.serving.fit --moe --rows 12
 # --ttft-rows 24` (two processes, ~15 min) on each runtime's MoE fit rows with the runtimes' layout
 # (simcore.serving.plan.runtime_sharding: two all-reduces per MoE layer, not Megatron's four collectives, whose
 # extra NCCL latencies had stood in for this MoE time): joint grid 1/0.7/0.5/0.35 x 0-100 us, median |log error|
 # of TPOT on 12 rows: vLLM 0.5 and 75 us (0.066; its MoE fit rows are Qwen3-235B's aiconfigurator sweeps),
 # SGLang 1.0 and 75 us (0.048; 0.7 and 50 us within 0.001: the two trade off on these rows), TensorRT-LLM
 # 0.7 and 50 us (0.068); request_s then vLLM 45 ms (0.078), SGLang 200 ms (0.084), TensorRT-LLM 30 ms (0.205).
-# moe_gemm_efficiency (vLLM, SGLang), with moe_fp8_at_bf16_rate, and request_s: `python -m validation.fit_serving
+# moe_gemm_efficiency (vLLM, SGLang), with moe_fp8_at_bf16_rate, and request_s: `python -m validation.studies.serving.fit
 # --moe-prefill --ttft-rows 16` (one process per runtime, ~4 min each) on the TTFT of each runtime's 16 MoE fit rows
 # (all FP8: Qwen3-235B's aiconfigurator sweeps; DeepSeek-V3's InferenceX runs for SGLang), each value scored at its
 # own best request delay: grid 0.7/0.5/0.35/0.25/0.18/0.12, median |log error| vLLM 0.265/0.220/0.143/0.117/0.253/
@@ -378,7 +378,7 @@ class RuntimeProfile:
 # clients disagree (DeepSeek-V3's InferenceX rows 0.104 -> 0.056, Qwen3-235B's aiconfigurator sweeps 0.240 ->
 # 0.327), and Triton's published fused_moe timings give 0.24-0.35.
 # With eager_moe_layer_s (from SGLang's published log, not fitted here), SGLang's request path was fitted
-# again (`python -m validation.fit_serving --only-request --runtimes sglang`, 2 min): 130 ms still best
+# again (`python -m validation.studies.serving.fit --only-request --runtimes sglang`, 2 min): 130 ms still best
 # (median |log error| of TTFT 0.132 on its 15 rows); TensorRT-LLM's and vLLM's were fitted on dense
 # Llama-70B rows, which it does not touch. TensorRT-LLM's MoE block then refitted on its 32 DeepSeek rows that
 # are not MTP runs (the 30 DeepSeek-V3 rows and DeepSeek-R1's two of 2026-01-28; serving history), scratch grid of 13
@@ -389,7 +389,7 @@ class RuntimeProfile:
 # latency of both the one-shot and the two-shot kernel, which priced a decode all-reduce of 0.5-1 MiB at 5-8 us
 # where the kernels' published H100 timings take 11-17 us. Both runtimes now take the two latencies fitted on
 # those timings (CUSTOM_AR_ONE_SHOT_S, CUSTOM_AR_TWO_SHOT_S above), and vLLM's host time per step was refitted
-# with them on all 132 aggregated vLLM fit rows (`python -m validation.score_serving --backend vllm --mode agg
+# with them on all 132 aggregated vLLM fit rows (`python -m validation.studies.serving.score --backend vllm --mode agg
 # --set step_host_s=...`, in sample): 4 ms -> 3 ms, median |TPOT error| 9.7% (old all-reduce, 4 ms) -> 9.1%
 # (11.7% at 4 ms, 10.7% at 2.5 ms; 9.8% at 3 ms without the per-sequence 10 us). SGLang's 85 aggregated fit rows
 # score 14.1% -> 14.4% with its host constants as they were (30 us per sequence: 15.8%); they stay.

@@ -61,10 +61,12 @@ class SeesawWorker:
         self.cluster, self.env, self.on_finish = cluster, cluster.env, on_finish
         plan, rt = cluster.plan, cluster.runtime
         seqs = plan.prefill.max_num_seqs
+        self.trace = cluster.trace
         self.prefill = Worker(self.env, 2 * wid, cluster.costs[0], rt, cluster.kv_tokens["prefill"], seqs,
-                              self._finished, role="prefill", on_prefilled=self._prefilled, fast=fast)
+                              self._finished, role="prefill", on_prefilled=self._prefilled, fast=fast,
+                              trace=self.trace)
         self.decode = Worker(self.env, 2 * wid + 1, cluster.costs[1], rt, cluster.kv_tokens["decode"], seqs,
-                             self._finished, role="decode", fast=fast)
+                             self._finished, role="decode", fast=fast, trace=self.trace)
         self.max_num_seqs = seqs
         self.host_capacity = plan.host_kv_bytes_per_gpu * plan.prefill.gpus_per_worker
         self.host_free = self.host_capacity
@@ -115,6 +117,8 @@ class SeesawWorker:
         self._poke()
 
     def _prefilled(self, req: Request, _worker: Worker) -> None:
+        if self.trace is not None:
+            self.trace.hand_off(req, self.env.now)
         self._copying["out"] += 1
         self.env.process(self._copy(req, "out"))
 
@@ -131,6 +135,8 @@ class SeesawWorker:
         self._poke()
 
     def _land(self, req: Request) -> None:
+        if self.trace is not None:
+            self.trace.handed(req, self.env.now, "parked in host memory")
         self.host_free += self._host.pop(req.rid, 0.0)
         self.decode.submit(req)
 
@@ -209,8 +215,9 @@ class SeesawCluster(RequestIntake):
     """The plan's Seesaw workers and the router in front of them (least outstanding requests)."""
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, on_finish,
-                 fast: bool = True):
+                 fast: bool = True, trace=None):
         self.env, self.ctx, self.plan, self.runtime, self.request_s = env, ctx, plan, runtime, runtime.request_s
+        self.trace = trace
         self.costs: list[StepCost] = []
         self.kv_tokens: dict[str, int] = {}
         self.pcie_bytes: dict[str, tuple[float, float]] = {}

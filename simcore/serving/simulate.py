@@ -46,6 +46,7 @@ from simcore.serving.runtime import RuntimeProfile, get_runtime
 from simcore.serving.seesaw import SeesawCluster
 from simcore.serving.speculative import check_accept
 from simcore.serving.step_cost import GroupBatch
+from simcore.serving.trace import ServingTrace
 from simcore.serving.worker import PlanInfeasible, Worker
 
 __all__ = ["ServingConfig", "ServingResult", "simulate_serving", "shape_error", "ARRIVALS"]
@@ -206,11 +207,19 @@ class _Clients:
             self.cluster.route(req)
 
 
-def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish, fast: bool):
+def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish, fast: bool,
+             trace: ServingTrace | None = None):
     """The plan's workers: a re-sharding :class:`~.seesaw.SeesawCluster` or a :class:`PoolCluster`."""
+    if trace is not None:
+        untraced = on_finish
+
+        def on_finish(req: Request) -> None:
+            trace.finished(req)
+            untraced(req)
+
     if plan.mode == "seesaw":
-        return SeesawCluster(env, ctx, plan, runtime, on_finish, fast)
-    return PoolCluster(env, ctx, plan, runtime, graph, on_finish, fast)
+        return SeesawCluster(env, ctx, plan, runtime, on_finish, fast, trace=trace)
+    return PoolCluster(env, ctx, plan, runtime, graph, on_finish, fast, trace=trace)
 
 
 def pool_stats(workers: list[Worker], end_s: float) -> dict:
@@ -243,11 +252,13 @@ def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request],
 
 
 def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, graph=None,
-                     runtime: RuntimeProfile | None = None, fast: bool = True) -> ServingResult:
+                     runtime: RuntimeProfile | None = None, fast: bool = True,
+                     trace: ServingTrace | None = None) -> ServingResult:
     """Serve ``cfg.num_requests`` requests with ``plan``; ``graph`` (a topology) makes KV hand-offs flows.
 
     ``fast=False`` takes every step as its own process through the pipeline stages (the reference the
-    single-stage fast path is tested against)."""
+    single-stage fast path is tested against). ``trace``: a :class:`~.trace.ServingTrace` that records
+    the run (its requests' spans, the workers' steps, counters; :mod:`.trace`); the results are the same."""
 
     start = time.perf_counter()
     runtime = plan.runtime_for(runtime or cfg.runtime_profile())
@@ -255,7 +266,9 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
     env = simpy.Environment()
     clients = _Clients(env, cfg, [Request(i, a, isl, osl) for i, (a, isl, osl) in enumerate(_requests(cfg, rng))])
     try:
-        cluster = _cluster(env, ctx, plan, runtime, graph, clients.finished, fast)
+        cluster = _cluster(env, ctx, plan, runtime, graph, clients.finished, fast, trace)
+        if trace is not None:
+            trace.bind(len(clients.reqs), cluster.pools)
         clients.start(cluster)
         env.run(until=clients.all_done)
     except PlanInfeasible as exc:
@@ -265,4 +278,6 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
             raise
         return ServingResult(plan, None, False, "stalled: requests wait that no step can admit",
                              wall_s=time.perf_counter() - start)
+    if trace is not None and getattr(cluster, "network", None) is not None:
+        trace.links(cluster.network.utilization())
     return _result(plan, cfg, cluster, clients.done, time.perf_counter() - start, env.now)

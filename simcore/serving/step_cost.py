@@ -48,7 +48,7 @@ def custom_all_reduce_time_s(n: int, size_bytes: float, gpu, one_shot_s: float, 
     """A runtime's own all-reduce of ``size_bytes`` over ``n`` GPUs of one NVLink domain: the faster of
     one-shot (``one_shot_s`` plus ``(n - 1)`` buffers read over NVLink) and two-shot (``two_shot_s`` plus
     ``2 (n - 1) / n`` of the buffer moved), at NVLink's bandwidth and the collectives' NVLink efficiency.
-    The one pricing :meth:`StepCost.custom_all_reduce_s` uses and ``python -m validation.fit_custom_allreduce``
+    The one pricing :meth:`StepCost.custom_all_reduce_s` uses and ``python -m validation.studies.collectives.fit_custom_allreduce``
     fits its two latencies with."""
     bw = gpu.nvlink_bandwidth_bytes_per_s * DEFAULT.nvlink_efficiency
     return min(one_shot_s + (n - 1) * size_bytes / bw, two_shot_s + 2.0 * (n - 1) / n * size_bytes / bw)

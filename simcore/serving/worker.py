@@ -50,8 +50,9 @@ class Worker:
     def __init__(self, env: simpy.Environment, wid: int, cost: StepCost, runtime: RuntimeProfile,
                  kv_tokens: int, max_num_seqs: int, on_finish: Callable[[Request], None],
                  role: str = "both", on_prefilled: Callable[[Request, Worker], None] | None = None,
-                 fast: bool = True):
+                 fast: bool = True, trace=None):
         self.env, self.wid, self.cost, self.runtime, self.role = env, wid, cost, runtime, role
+        self.trace = trace  # a simcore.serving.trace.ServingTrace, or None (not tracing)
         self.on_finish, self.on_prefilled = on_finish, on_prefilled
         groups = cost.strategy.ep
         seqs = max(max_num_seqs // groups, 1)
@@ -166,6 +167,8 @@ class Worker:
                 self.steps += 1
                 yield self.env.timeout(t)
                 self.gpu_busy_s += t
+                if self.trace is not None:
+                    self.trace.step(self, picks, self.env.now - t, self.env.now)
                 self._apply(picks)
                 continue
             yield from self._decode_steps(picks, run)
@@ -218,6 +221,8 @@ class Worker:
         self.gpu_busy_s += sum(e - s for s, e in zip(starts[:done], ends[:done], strict=True))
         n = sum(sizes)  # step j's decodes attend to (sum(sums) + j n) / n tokens on average
         self._count_decodes(done, max(sizes), done * sum(sums) / n + done * (done - 1) / 2)
+        if self.trace is not None:
+            self.trace.step(self, picks, starts[0], ends[done - 1], steps=done)
         times = ends[:done]
         for group, pick in zip(self.groups, picks, strict=True):
             for req, _ in pick:
@@ -229,6 +234,8 @@ class Worker:
                     req.finish_s = times[-1]
                     group.finish(req)
                     self.on_finish(req)
+        if self.trace is not None:
+            self.trace.counters(self, self.env.now)
         self._poke()
 
     def _count_decodes(self, steps: int, busiest: int, context_sum: float) -> None:
@@ -255,17 +262,21 @@ class Worker:
 
     def _run_step(self, picks, times: list[float], entered: simpy.Event):
         held = None
+        spans = []  # each stage's (start, end), for the trace
         for i, t in enumerate(times):
             request = self.stages[i].request()
             yield request
             if held is not None:
                 self.stages[i - 1].release(held)
             held = request
+            spans.append((self.env.now, self.env.now + t))
             yield self.env.timeout(t)
             self.gpu_busy_s += t
             if i == 0:  # left the first stage: the next step may enter it
                 entered.succeed()
         self.stages[-1].release(held)
+        if self.trace is not None:
+            self.trace.step(self, picks, spans[0][0], self.env.now, stages=spans)
         self._apply(picks)
 
     def _apply(self, picks) -> None:
@@ -286,4 +297,6 @@ class Worker:
                 elif sampled and self.role == "prefill":
                     group.finish(req)  # KV leaves with the hand-off
                     self.on_prefilled(req, self)
+        if self.trace is not None:
+            self.trace.counters(self, now)
         self._poke()

@@ -94,6 +94,12 @@ class Strategy:
     def replace(self, **changes) -> Strategy:
         return dataclasses.replace(self, **changes)
 
+    def describe(self) -> str:
+        """The degrees on one line: ``tp=8 ep=1 pp=1 dp=1 batch=64 mb=1`` (and ``redundant=N`` if any)."""
+        text = (f"tp={self.tp} ep={self.ep} pp={self.pp} dp={self.dp} batch={self.batch} "
+                f"mb={self.microbatches}")
+        return text + (f" redundant={self.redundant_experts}" if self.redundant_experts else "")
+
     def to_dict(self) -> dict:
         out = {d: getattr(self, d) for d in _DEGREES} | {"sharding": dict(self.sharding)}
         if self.redundant_experts:  # plans without replicas keep their old form

@@ -15,7 +15,12 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
 from planner.apps.common import UserError, check_known_keys, cli_errors, config_errors_exit_2, run_dir
-from validation import jsonline
+from simcore.files import dumps
+from simcore.hardware.gpus import GPUS
+from validation.studies import collectives, fidelity, inference, kernels, moe, rewrites, serving
+from validation.studies.collectives.harness import check_harness
+from validation.studies.rewrites import headline
+from validation.studies.serving.journal import StudyInterrupted
 
 __all__ = ["run", "main", "STUDIES"]
 
@@ -51,9 +56,6 @@ class ValidateAppConfig:
 
 
 def _collectives(data: Path, out: Path, study) -> dict:
-    from validation.studies import collectives
-    from validation.studies.collectives.harness import check_harness
-
     try:
         check_harness(study.harness)
     except ValueError as exc:
@@ -63,9 +65,6 @@ def _collectives(data: Path, out: Path, study) -> dict:
 
 
 def _kernels(data: Path, out: Path, study) -> dict:
-    from simcore.hardware.gpus import GPUS
-    from validation.studies import kernels
-
     gpu = study.gpu
     if gpu not in GPUS:
         raise UserError(f"study.gpu: unknown GPU {gpu!r} (known: {', '.join(sorted(GPUS))})")
@@ -73,20 +72,14 @@ def _kernels(data: Path, out: Path, study) -> dict:
 
 
 def _inference(data: Path, out: Path, study) -> dict:
-    from validation.studies import inference
-
     return inference.run(data, out)
 
 
 def _moe(data: Path, out: Path, study) -> dict:
-    from validation.studies import moe
-
     return moe.run(data, out)
 
 
 def _serving(data: Path, out: Path, study) -> dict:
-    from validation.studies import serving
-
     try:
         return serving.run(data, out, study)
     except ValueError as exc:  # a CSV without the schema's columns: one line, exit 2
@@ -94,17 +87,12 @@ def _serving(data: Path, out: Path, study) -> dict:
 
 
 def _fidelity(out: Path, study) -> dict:
-    from validation.studies import fidelity
-
     scenarios = list(study.scenarios) if study.scenarios else None
     summary = fidelity.run(out, scenarios=scenarios, strategies=study.strategies, quick=bool(study.quick))
     return {"study": "fidelity", "headline": summary["headline"], "summary": str(out / "summary.json")}
 
 
 def _rewrites(out: Path, study) -> dict:
-    from validation.studies import rewrites
-    from validation.studies.rewrites import headline
-
     scenarios = list(study.scenarios) if study.scenarios else None
     summary = rewrites.run(out, scenarios=scenarios, quick=bool(study.quick))
     return {"study": "rewrites", "headline": headline(summary), "summary": str(out / "summary.json")}
@@ -167,7 +155,7 @@ def run(cfg: DictConfig) -> dict:
         except ValueError as exc:  # a bad setting (an unknown scenario, strategies < 1): one line, exit 2
             raise UserError(f"study.{name}: {exc}") from exc
     print(f"run dir: {out}")
-    print(jsonline.dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str))
+    print(dumps({k: v for k, v in summary.items() if not isinstance(v, list)}, default=str))
     return summary
 
 
@@ -177,8 +165,6 @@ ConfigStore.instance().store(name="validate_schema", node=ValidateAppConfig)
 @hydra.main(version_base=None, config_path="pkg://conf", config_name="validate")
 @cli_errors
 def _main(cfg: DictConfig) -> None:
-    from validation.studies.serving.journal import StudyInterrupted
-
     check_known_keys(cfg, ValidateAppConfig)
     try:
         run(cfg)

@@ -15,23 +15,24 @@ from collections.abc import Callable
 
 from omegaconf import OmegaConf
 
+from planner.megatron import megatron_search
+from planner.space import SearchSpace
+from simcore.config import build_engine_config
+from simcore.engine import EngineConfig, simulate
+from simcore.strategy.sharding import Strategy
+from topologies.scenario import build_context, build_graph
 from validation.report.jobs import Job
 
 __all__ = ["megatron_figure", "sim_figure", "fill_megatron", "fill_sim"]
 
 
 def _context(config: dict):
-    from topologies.scenario import build_context
-
     cfg = OmegaConf.create(config)
     return cfg, build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload)
 
 
 def megatron_figure(config: dict) -> float:
     """Best valid tokens/s/GPU of the Megatron heuristic for a composed config (raises if none is valid)."""
-    from planner.megatron import megatron_search
-    from planner.space import SearchSpace
-
     cfg, ctx = _context(config)
     p = cfg.get("planner") or {}
     batch = tuple(int(b) for b in p.get("batch") or ()) or None
@@ -46,11 +47,6 @@ def megatron_figure(config: dict) -> float:
 
 def sim_figure(config: dict, strategy: dict) -> float:
     """Simulated tokens/s/GPU of ``strategy`` (a strategy dict) in the config's scenario."""
-    from simcore.config import build_engine_config
-    from topologies.scenario import build_graph
-    from simcore.engine import EngineConfig, simulate
-    from simcore.strategy.sharding import Strategy
-
     cfg, ctx = _context(config)
     engine = EngineConfig()
     if cfg.get("sim"):

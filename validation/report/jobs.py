@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from topologies import build_topology, load_topology_yaml
 from validation.report.curves import Curve, read_curve
 
 __all__ = ["Job", "find_jobs", "read_job", "collect", "cluster_size", "CSV_COLUMNS"]
@@ -162,8 +163,6 @@ def cluster_size(topology: dict) -> tuple[int, int] | None:
     """(nodes, GPUs per node) of a composed ``topology`` config, or ``None`` when it cannot be built."""
     key = repr(sorted(topology.items()))
     if key not in _CLUSTERS:
-        from topologies import build_topology, load_topology_yaml
-
         try:
             if topology.get("name") == "custom":
                 graph = load_topology_yaml(str(topology.get("path")))

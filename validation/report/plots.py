@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from planner.apps.common import atomic_save_figure
-
 from validation.report.jobs import Job
 
 __all__ = ["throughput_plot", "curves_plot"]

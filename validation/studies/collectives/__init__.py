@@ -7,11 +7,16 @@ the analytic model (:func:`simcore.collectives.collective_time_s`) or the flow s
 Each row is charged the per-call overhead of the harness that measured it (:mod:`.harness`) and runs on
 its scale-out fabric: the optional ``fabric`` column (``ib`` | ``efa`` | ``roce``), else ``EFA`` or
 ``RoCE`` named in its ``setting``/``note``, else InfiniBand; an unknown value in the column is an error
-for the whole file. Every figure is labelled with its split (``fit`` / ``test``, :mod:`validation.split`:
+for the whole file. Every figure is labelled with its split (``fit`` / ``test``, :mod:`validation.studies.common.split`:
 the optional ``split`` column, else whether the row's source is a shipped test source).
 
 Run: ``python -m validation.studies.collectives --data PATH --out DIR [--engine analytic|flow]
 [--harness auto|nccl-tests|xla|torch]``.
+
+Scripts beside the study: :mod:`.fit` (``python -m validation.studies.collectives.fit``: NVLink efficiency,
+ring and NVLS fill, the harnesses' per-call overheads, per fabric the NIC terms), :mod:`.fit_custom_allreduce`
+(the serving runtimes' own all-reduce kernels' latencies) and :mod:`.network_routing` (static ECMP against
+adaptive routing on a fat tree).
 """
 
 from __future__ import annotations
@@ -20,13 +25,34 @@ import argparse
 from pathlib import Path
 
 from simcore.collectives import DEFAULT, NcclConstants
-from validation.studies.common import atomic_write_json, write_csv
-
-from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, HARNESSES, PER_DEVICE_LAUNCH_S, check_harness, devices_per_process, harness_of, overhead_s
+from validation.studies.collectives.harness import (
+    HARNESS_OVERHEAD_S,
+    HARNESSES,
+    PER_DEVICE_LAUNCH_S,
+    check_harness,
+    devices_per_process,
+    harness_of,
+    overhead_s,
+)
 from validation.studies.collectives.plot import plot_busbw
-from validation.studies.collectives.rows import COLUMNS, DEFAULT_DATA, REQUIRED_COLUMNS, Case, busbw_factor, fabric_of, load_rows, parse_row
-from validation.studies.collectives.simulate import OUTPUT_COLUMNS, TOPOLOGY_OF_FABRIC, evaluate, simulate_case
+from validation.studies.collectives.rows import (
+    COLUMNS,
+    DEFAULT_DATA,
+    REQUIRED_COLUMNS,
+    Case,
+    busbw_factor,
+    fabric_of,
+    load_rows,
+    parse_row,
+)
+from validation.studies.collectives.simulate import (
+    OUTPUT_COLUMNS,
+    TOPOLOGY_OF_FABRIC,
+    evaluate,
+    simulate_case,
+)
 from validation.studies.collectives.summary import print_summary, summarize
+from validation.studies.common import atomic_write_json, write_csv
 
 __all__ = ["COLUMNS", "REQUIRED_COLUMNS", "HARNESS_OVERHEAD_S", "HARNESSES", "PER_DEVICE_LAUNCH_S",
            "check_harness", "devices_per_process", "harness_of", "overhead_s", "Case", "load_rows", "parse_row",

@@ -15,7 +15,7 @@ NCCL's enqueue per device): one process drives every GPU of the group under the 
 Harness and layout are read from the row's ``setting`` and ``note`` text (the harness can be forced
 with ``--harness``); no parameter is per row.
 
-The values are fitted by ``python -m validation.fit_collectives`` on the rows below 1 MiB of each
+The values are fitted by ``python -m validation.studies.collectives.fit`` on the rows below 1 MiB of each
 harness that has some in the calibration CSV. nccl-tests has none there, so its base is a prior: 0,
 i.e. NCCL's tuning-model latencies as NVIDIA fitted them to its own benchmark.
 """
@@ -32,7 +32,7 @@ HARNESSES = ("nccl-tests", "xla", "torch")
 #: Used when a row's text names none of them: the schema is that of nccl-tests tables.
 DEFAULT_HARNESS = "nccl-tests"
 
-#: Seconds a harness adds to each collective call (``python -m validation.fit_collectives``).
+#: Seconds a harness adds to each collective call (``python -m validation.studies.collectives.fit``).
 HARNESS_OVERHEAD_S: dict[str, float] = {
     "nccl-tests": 0.0,      # prior: NCCL's base + hop latencies are fitted to nccl-tests by NVIDIA
     "xla": 8.98e-6,         # 120 XLA rows < 1 MiB at 2, 4, 8 GPUs (OpenXLA sm_90 perf table)

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from validation.studies.common import pyplot, save_figure, split_kind
-
 from validation.studies.collectives.rows import busbw_factor
+from validation.studies.common import pyplot, save_figure, split_kind
 
 __all__ = ["plot_busbw"]
 

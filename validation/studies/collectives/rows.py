@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simcore.collectives.constants import FABRICS
+from validation.studies.collectives.harness import (
+    DEFAULT_HARNESS,
+    check_harness,
+    devices_per_process,
+    harness_of,
+)
 from validation.studies.common import read_csv
-
-from validation.studies.collectives.harness import DEFAULT_HARNESS, check_harness, devices_per_process, harness_of
 
 __all__ = ["DEFAULT_DATA", "COLUMNS", "REQUIRED_COLUMNS", "Case", "busbw_factor", "load_rows", "fabric_of",
            "parse_row"]

@@ -8,11 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from simcore.collectives import DEFAULT, Fabric, NcclConstants, collective_time_s, select
-from validation.split import split_of
-
-from validation.studies.collectives.harness import HARNESS_OVERHEAD_S, PER_DEVICE_LAUNCH_S, check_harness, overhead_s
+from simcore.collectives.flows import simulate_collective
+from topologies import build_topology
+from validation.studies.collectives.harness import (
+    HARNESS_OVERHEAD_S,
+    PER_DEVICE_LAUNCH_S,
+    check_harness,
+    overhead_s,
+)
 from validation.studies.collectives.rows import COLUMNS, Case, busbw_factor, load_rows, parse_row
 from validation.studies.collectives.summary import band_of
+from validation.studies.common.split import split_of
 
 __all__ = ["OUTPUT_COLUMNS", "TOPOLOGY_OF_FABRIC", "simulate_case", "evaluate"]
 
@@ -23,8 +29,6 @@ TOPOLOGY_OF_FABRIC = {"ib": "h100-ib-rail", "efa": "h100-efa", "roce": "h100-roc
 
 
 def _topology(nodes: int, fabric: str = "ib"):
-    from topologies import build_topology
-
     if nodes == 1:
         return build_topology("hgx-h100")
     return build_topology(TOPOLOGY_OF_FABRIC[fabric], num_nodes=nodes)
@@ -49,7 +53,6 @@ def simulate_case(case: Case, engine: str = "analytic", constants: NcclConstants
         algo = str(select(*args, constants=constants)[0])
     if engine == "analytic":
         return float(collective_time_s(*args, algorithm=algo, constants=constants)), algo
-    from simcore.collectives.flows import simulate_collective
 
     per = case.gpus_per_node
     groups = [[f"gpu{node * graph.graph['gpus_per_node'] + g * per + i}" for node in range(case.nodes)

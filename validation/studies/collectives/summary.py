@@ -1,7 +1,7 @@
 """The collectives study's figures: error statistics per split (fit / test), size band, fabric and group.
 
 Every figure names the set it is computed on: ``fit`` rows calibrated the constants (in sample), ``test``
-rows did not (out of sample; :mod:`validation.split`). Multi-node rows are also reported per scale-out
+rows did not (out of sample; :mod:`validation.studies.common.split`). Multi-node rows are also reported per scale-out
 fabric (``ib`` / ``efa`` / ``roce``), with the median |error| the project's target is stated in.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from validation import jsonline
+from simcore.files import dumps
 from validation.studies.common import split_kind
 
 __all__ = ["BANDS", "MIB", "band_of", "stats", "summarize", "print_summary"]
@@ -78,4 +78,4 @@ def print_summary(summary: dict) -> None:
     for key, s in summary.get("groups", {}).items():
         split, rest = key.split("/", 1)
         print(_line(f"[{split}] {rest}", s))
-    print(jsonline.dumps({k: v for k, v in summary.items() if k not in ("groups", "harnesses")}))
+    print(dumps({k: v for k, v in summary.items() if k not in ("groups", "harnesses")}))

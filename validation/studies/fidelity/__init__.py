@@ -22,6 +22,10 @@ is off, also the three-way comparison with measurements (:mod:`.measured`).
 Run: ``python -m validation.studies.fidelity [--quick] [--scenarios a b] [--strategies N] [--out DIR]``
 (or ``shard-validate study=fidelity``) ends with one JSON line of the headline figures;
 ``python -m validation.studies.fidelity.measured [--quick] [--out DIR]`` runs the three-way part alone.
+
+Scripts beside the study: :mod:`.rerank_regret` (``python -m validation.studies.fidelity.rerank_regret``: does
+re-ranking the proxy's top 16 find the simulator's best plan?) and :mod:`.contention_report` (where and why the
+simulator with contention departs from the proxy).
 """
 
 from __future__ import annotations
@@ -29,9 +33,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from validation import jsonline
-from validation.scenarios import scenario_context
-
+from simcore.files import dumps
+from validation.studies.common.scenarios import scenario_context
 from validation.studies.fidelity.report import write_outputs
 from validation.studies.fidelity.scenario import LARGE, scenario_rows
 from validation.studies.fidelity.simulate import simulate_keys
@@ -73,6 +76,8 @@ def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = Non
     summary = write_outputs(rows, Path(out_dir), opts | {"seed": seed, "quick": quick, "k_rerank": K_RERANK,
                                                          "large": LARGE, "large_gpus": LARGE_GPUS})
     if measured:
+        # imported here, not above: ``python -m validation.studies.fidelity.measured`` runs that module as
+        # __main__, and runpy warns (and runs it twice) when its package has imported it already
         from validation.studies.fidelity import measured as three_way
 
         summary["headline"]["three_way"] = three_way.run(out_dir, quick=quick)["headline"]
@@ -94,5 +99,5 @@ def main(argv: list[str] | None = None) -> dict:
     names = [n for part in args.scenarios or [] for n in part.split(",") if n]
     summary = run(args.out, names or None, args.strategies, args.seed, args.quick, args.large_strategies,
                   args.search_budget, args.workers, measured=not args.no_measured)
-    print(jsonline.dumps(summary["headline"]))
+    print(dumps(summary["headline"]))
     return summary

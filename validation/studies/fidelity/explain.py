@@ -14,7 +14,7 @@ below 0, a decode step's first kernels already running under the previous step's
 before the period the simulator measures begins, so that compute is overlap across steps).
 :func:`critical_split` picks the simulator's own critical stage when the proxy's is not known.
 :func:`overlap_contention_why` separates overlap from contention when the step was also simulated
-with contention off (shared with :mod:`validation.contention_report`).
+with contention off (shared with :mod:`validation.studies.fidelity.contention_report`).
 """
 
 from __future__ import annotations

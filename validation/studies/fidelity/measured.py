@@ -31,16 +31,35 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import types
 from pathlib import Path
 
 import numpy as np
+import simpy
 
-from validation import jsonline
-from validation.split import split_of
+from simcore.collectives import DEFAULT, Fabric
+from simcore.cost.proxy import evaluate
+from simcore.engine import EngineConfig, simulate
+from simcore.engine.deepep_exchange import exchange, run_exchange
+from simcore.files import dumps
+from simcore.hardware.gpus import get_gpu
+from simcore.moe.deepep import DEFAULT_DEEPEP, pair_times_s
+from simcore.moe.draws import draw_copies
+from simcore.network.flownet import FlowNetwork
+from topologies import build_topology
+from validation.studies.collectives import load_rows, simulate_case
+from validation.studies.collectives import parse_row as parse_collective_row
 from validation.studies.common import atomic_write_text, write_csv
+from validation.studies.common.split import split_of
+from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain
+from validation.studies.fidelity.measured_report import summarize, write_section
+from validation.studies.inference import _graph, _metric
+from validation.studies.inference import parse_row as parse_inference_row
+from validation.studies.moe import bottleneck_bytes, load_cases, predict
+from validation.studies.moe.model import BENCH_EXPERTS, BENCH_ROUTING
 
 __all__ = ["DIFFER", "DATA", "collective_rows", "deepep_rows", "inference_rows", "run", "main"]
 
@@ -65,16 +84,12 @@ def _row(regime: str, source: str, split: str, label: str, metric: str, measured
 def collective_rows(files: tuple[str, ...] = ("collectives_calibration.csv", "collectives_test.csv"),
                     limit: int | None = None) -> list[dict]:
     """Multi-node collective rows: analytic formula (proxy) and flow engine (simulator)."""
-    import dataclasses
-
-    from validation.studies.collectives import load_rows, parse_row, simulate_case
-
     out = []
     for name in files:
         rows = [(i, r) for i, r in enumerate(load_rows(DATA / name), start=2) if int(r["nodes"] or 1) > 1]
         for line, row in rows[:limit]:
             try:
-                case = parse_row(row)
+                case = parse_collective_row(row)
             except ValueError:
                 continue
             proxy, _ = simulate_case(case, "analytic")
@@ -96,24 +111,12 @@ def collective_rows(files: tuple[str, ...] = ("collectives_calibration.csv", "co
 def _constants(case):
     """DeepEP's constants for the row's kernel version: low-latency rows of the pure-RDMA README
     reach same-node ranks over RDMA too (as :func:`validation.studies.moe.predict` prices them)."""
-    import dataclasses
-
-    from simcore.moe.deepep import DEFAULT_DEEPEP
-
     return dataclasses.replace(DEFAULT_DEEPEP, ll_nvlink=DEFAULT_DEEPEP.ll_nvlink and case.ll_nvlink)
 
 
 def _flow_deepep(case, pair_tokens: np.ndarray) -> float:
     """The engine's DeepEP exchange of ``pair_tokens`` copies on the row's GPUs, run as flows on its
     rail-optimized InfiniBand topology (:func:`simcore.engine.deepep_exchange.run_exchange`; seconds)."""
-    import simpy
-
-    from simcore.collectives import DEFAULT, Fabric
-    from simcore.engine.deepep_exchange import exchange, run_exchange
-    from simcore.hardware.gpus import get_gpu
-    from simcore.network.flownet import FlowNetwork
-    from topologies import build_topology
-
     nodes = max(1, case.ep // case.ranks_per_node)
     gpu = {"h800": "h800", "h200": "h200"}.get(case.gpu, "h100")
     graph = build_topology(f"{gpu}-ib-rail", num_nodes=nodes)
@@ -134,12 +137,6 @@ def _flow_deepep(case, pair_tokens: np.ndarray) -> float:
 def deepep_rows(path: Path = DATA / "ep_alltoall_deepep.csv", limit: int | None = None) -> list[dict]:
     """DeepEP rows: closed form (proxy) and the engine's DeepEP exchange of a sampled routing, run as
     flows (simulator)."""
-    from simcore.hardware.gpus import get_gpu
-    from simcore.moe.deepep import pair_times_s
-    from simcore.moe.draws import draw_copies
-    from validation.studies.moe import bottleneck_bytes, load_cases, predict
-    from validation.studies.moe.model import BENCH_EXPERTS, BENCH_ROUTING
-
     cases, _ = load_cases(path)
     out = []
     for case in cases[:limit]:
@@ -169,19 +166,13 @@ def deepep_rows(path: Path = DATA / "ep_alltoall_deepep.csv", limit: int | None 
 def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "inference_test.csv",
                                              "inference_h100_measured.csv"), limit: int | None = None) -> list[dict]:
     """End-to-end rows: proxy and simulator of the same strategy; departures explained by cause."""
-    from simcore.engine import EngineConfig, simulate
-    from simcore.cost.proxy import evaluate
-    from validation.studies.inference import _graph, _metric, parse_row
-
-    from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain
-
     out = []
     for name in files:
         with open(DATA / name, newline="") as fh:
             rows = list(enumerate(csv.DictReader(fh), start=2))
         for line, row in rows[:limit]:
             try:
-                case = parse_row(row)
+                case = parse_inference_row(row)
             except (ValueError, KeyError):
                 continue
             p = evaluate(case.ctx, case.strategy)
@@ -202,8 +193,6 @@ def inference_rows(files: tuple[str, ...] = ("inference_calibration.csv", "infer
 def run(out_dir: str | Path, quick: bool = False, report: str | Path | None = None) -> dict:
     """Price every measured row both ways; write ``measured.csv``, ``measured.json`` and the report
     section (into ``report``, default ``out_dir/report.md``); return the summary."""
-    from validation.studies.fidelity.measured_report import summarize, write_section
-
     limit = 6 if quick else None
     rows = collective_rows(limit=limit) + deepep_rows(limit=limit) + inference_rows(limit=limit)
     out = Path(out_dir)
@@ -222,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--report", help="report.md to put the section in (default OUT/report.md)")
     args = parser.parse_args(argv)
     summary = run(args.out, args.quick, args.report)
-    print(jsonline.dumps(summary["headline"]))
+    print(dumps(summary["headline"]))
     return summary
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from validation.studies.common import pyplot, save_figure
-
 from validation.studies.fidelity.regimes import REGIMES
 
 __all__ = ["scatter_plot", "ratio_plot"]

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from simcore.cost.cluster import group_ranks_per_domain
 from simcore.collectives.cost import entry_costs
-from simcore.strategy.layout import COLLECTIVE_NAMES, NONE
+from simcore.cost.cluster import group_ranks_per_domain
 from simcore.cost.lowering import CostContext, StrategyArrays, lower
 from simcore.cost.memory import stage_layers
+from simcore.strategy.layout import COLLECTIVE_NAMES, NONE
 
 __all__ = ["REGIMES", "THRESHOLDS", "collective_profile", "classify", "primary"]
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from validation.studies.common import atomic_write_json, atomic_write_text
-
 from validation.studies.fidelity.explain import CAUSES
 from validation.studies.fidelity.markdown import describe, markdown
 from validation.studies.fidelity.plot import ratio_plot, scatter_plot

@@ -8,7 +8,7 @@ Three sources, de-duplicated in this order (a strategy keeps the first source th
   default hyper-parameters, one chunk of ``search_budget`` proposals after its warm start), up to
   ``2n / 5`` (the proxy-best half of the cap, the rest drawn at random from the trajectory);
 - ``random``: uniform over the degree grid and per-operator choices
-  (:func:`validation.bench_proxy.random_keys`), kept when the proxy finds them valid.
+  (:func:`validation.studies.common.scenarios.random_keys`), kept when the proxy finds them valid.
 
 Operators the model lacks are set to Megatron's choice, so no two keys price the same strategy.
 """
@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.actions import ActionSpace
+from planner.config import PlannerConfig
+from planner.evaluator import Evaluator
 from planner.megatron import megatron_search
 from planner.space import SearchSpace
 from simcore.cost.lowering import CostContext, StrategyArrays
-from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
 from simcore.cost.proxy import evaluate_batch
+from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
 from simcore.strategy.sharding import megatron_sharding
-from validation.bench_proxy import random_keys
+from validation.studies.common.scenarios import random_keys
 
 __all__ = ["SOURCES", "canonical", "search_trajectory", "sample_strategies"]
 
@@ -47,9 +50,6 @@ def search_trajectory(ctx: CostContext, budget: int, seed: int) -> tuple[np.ndar
     if budget < 1:
         return (*empty, "none: search budget 0")
     try:
-        from planner.actions import ActionSpace
-        from planner.config import PlannerConfig
-        from planner.evaluator import Evaluator
         from planner.search import PPOSearch
     except ImportError as exc:
         return (*empty, f"none: PPO planner unavailable ({exc})")

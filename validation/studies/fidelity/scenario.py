@@ -13,9 +13,15 @@ import time
 
 from planner.megatron import strategy_from_key
 from simcore.cost.proxy import evaluate
-from validation.scenarios import scenario_context
-
-from validation.studies.fidelity.explain import critical_split, deltas, dominant_cause, explain, overlap_contention_why
+from simcore.strategy.sharding import megatron_sharding
+from validation.studies.common.scenarios import scenario_context
+from validation.studies.fidelity.explain import (
+    critical_split,
+    deltas,
+    dominant_cause,
+    explain,
+    overlap_contention_why,
+)
 from validation.studies.fidelity.regimes import classify, collective_profile, primary
 from validation.studies.fidelity.sample import sample_strategies
 from validation.studies.fidelity.simulate import simulate_keys
@@ -26,8 +32,6 @@ LARGE = 0.05  # a large disagreement: |sim/proxy step ratio - 1| above this
 
 
 def _sharding(strategy) -> str:
-    from simcore.strategy.sharding import megatron_sharding
-
     base = megatron_sharding()
     return ";".join(f"{op}={c}" for op, c in strategy.sharding.items() if c != base[op]) or "megatron"
 

@@ -18,7 +18,10 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from planner.megatron import strategy_from_key
-from validation.scenarios import scenario_context
+from simcore.config import build_engine_config
+from simcore.engine import simulate
+from topologies.scenario import build_graph
+from validation.studies.common.scenarios import scenario_config, scenario_context
 
 __all__ = ["simulate_keys"]
 
@@ -26,10 +29,6 @@ __all__ = ["simulate_keys"]
 @functools.cache
 def _setup(name: str, contention: bool):
     """Context, topology graph and engine config of a scenario (cached per process)."""
-    from simcore.config import build_engine_config
-    from topologies.scenario import build_graph
-    from validation.scenarios import scenario_config
-
     cfg = scenario_config(name)
     engine = dataclasses.replace(build_engine_config(cfg.sim), contention=contention, overlap=True, trace=False)
     return scenario_context(name), build_graph(cfg.topology, cfg.hardware), engine
@@ -38,8 +37,6 @@ def _setup(name: str, contention: bool):
 def _simulate_one(args: tuple[str, tuple, bool]) -> dict:
     """One simulation, reduced to what the study keeps. A simulator exception is kept as ``error``
     (the study goes on; the report lists the strategy)."""
-    from simcore.engine import simulate
-
     name, key, contention = args
     ctx, graph, engine = _setup(name, contention)
     start = time.perf_counter()

@@ -4,7 +4,7 @@
 (``validation/data/README.md``), predicts each row's metric, and writes ``rows.csv`` (the input
 columns plus ``sim_value``, ``proxy_value``, ``rel_error``, ``skipped_reason``), ``summary.json``,
 ``report.md`` and ``scatter.png`` into ``out_dir``. Every figure is given per split with its row
-count (``fit`` rows calibrated a constant, ``test`` rows did not: ``validation/split.py``). Rows the
+count (``fit`` rows calibrated a constant, ``test`` rows did not: ``validation/studies/common/split.py``). Rows the
 system cannot express (unknown model or hardware, missing batch, an unknown metric) are skipped with
 the reason; the study goes on.
 
@@ -12,20 +12,32 @@ How a row becomes a strategy: ``ep`` attention groups of ``tp`` GPUs each (DP-at
 ``ep > 1``), ``pp`` stages, and ``dp = gpus / (tp * ep * pp)`` replicas. ``batch`` is the static
 batch (``static``), the prompts of one replica (``prefill``) or the sequences per device
 (``decode``: a replica then holds ``batch * ep`` sequences). Per-node metrics use 8 GPUs per node.
+
+Scripts beside the study: :mod:`.fit` (``python -m validation.studies.inference.fit``: the host time per step,
+the runtime's per-collective launch cost, the masked-MHA KV re-read), :mod:`.measure_decode` (forward passes
+timed on a local GPU) and :mod:`.compare_measured` (those timings predicted without a serving runtime).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from validation.split import split_of
 from validation.studies.common import read_csv
-
-from validation.studies.inference.predict import _graph as _graph  # importable here: fidelity.measured, fit_inference use these two
+from validation.studies.common.split import split_of
+from validation.studies.inference.predict import (
+    _graph as _graph,  # importable here: fidelity.measured, fit_inference use these two
+)
 from validation.studies.inference.predict import _metric as _metric
 from validation.studies.inference.predict import predict
 from validation.studies.inference.report import write_outputs
-from validation.studies.inference.rows import COLUMNS, METRICS, MMHA_KV_REREAD, RowCase, decode_kv_reread, parse_row
+from validation.studies.inference.rows import (
+    COLUMNS,
+    METRICS,
+    MMHA_KV_REREAD,
+    RowCase,
+    decode_kv_reread,
+    parse_row,
+)
 
 __all__ = ["COLUMNS", "METRICS", "MMHA_KV_REREAD", "RowCase", "decode_kv_reread", "parse_row", "predict", "run"]
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+from simcore.cost.proxy import evaluate
+from simcore.engine import EngineConfig, simulate
+from topologies import build_topology
 from validation.studies.inference.rows import NODE_GPUS, RowCase
 
 __all__ = ["predict"]
@@ -18,8 +21,6 @@ def _metric(case: RowCase, result) -> float:
 
 
 def _graph(case: RowCase):
-    from topologies import build_topology
-
     name = {"h100-sxm": "h100", "h200": "h200", "h800": "h800"}[case.ctx.cluster.gpu.name]
     if case.gpus <= NODE_GPUS and name == "h100":
         return build_topology("hgx-h100")
@@ -28,9 +29,6 @@ def _graph(case: RowCase):
 
 def predict(case: RowCase, simulate_too: bool = True, engine=None) -> tuple[float, float]:
     """(simulator, proxy) prediction of the row's metric (the simulator's is NaN when not run)."""
-    from simcore.engine import EngineConfig, simulate
-    from simcore.cost.proxy import evaluate
-
     proxy = _metric(case, evaluate(case.ctx, case.strategy))
     if not simulate_too:
         return float("nan"), proxy

@@ -6,7 +6,6 @@ import math
 import statistics
 from pathlib import Path
 
-from validation.split import SPLITS, split_label
 from validation.studies.common import (
     atomic_write_json,
     atomic_write_text,
@@ -15,6 +14,7 @@ from validation.studies.common import (
     save_figure,
     write_csv,
 )
+from validation.studies.common.split import SPLITS, split_label
 
 __all__ = ["stats", "write_outputs"]
 

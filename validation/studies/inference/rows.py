@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 from simcore.cost.cluster import Cluster
 from simcore.cost.lowering import CostContext
+from simcore.hardware.gpus import get_gpu
+from simcore.models import get_model
+from simcore.strategy.sharding import Strategy
 from simcore.workload import Workload
 
 __all__ = ["COLUMNS", "METRICS", "NODE_GPUS", "MMHA_KV_REREAD", "decode_kv_reread", "RowCase", "parse_row"]
@@ -19,7 +22,7 @@ METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "ttft_ms", "tpo
            "input_tokens_per_s_per_node", "output_tokens_per_s_per_node")
 NODE_GPUS = 8
 #: ``Workload.decode_kv_reread`` of TensorRT-LLM's masked-MHA generation kernel (one thread block per
-#: query head), fitted on the fit split by ``python -m validation.fit_inference``.
+#: query head), fitted on the fit split by ``python -m validation.studies.inference.fit``.
 MMHA_KV_REREAD = 0.6
 _TRTLLM_VERSION = re.compile(r"(?:release/|\bv)(\d+)\.(\d+)")
 
@@ -74,10 +77,6 @@ def _int(row: dict, key: str, default: int | None = None) -> int:
 
 def parse_row(row: dict) -> RowCase:
     """The case a CSV row describes; ``ValueError`` says why a row cannot be expressed."""
-    from simcore.hardware.gpus import get_gpu
-    from simcore.models import get_model
-    from simcore.strategy.sharding import Strategy
-
     model = get_model((row.get("model") or "").strip())
     gpu = get_gpu((row.get("hardware") or "").strip())
     metric = (row.get("metric") or "").strip()

@@ -1,15 +1,22 @@
 """Kernel study: the calibrated compute model (hardware catalog defaults, not refitted) against any
 CSV in the schema of ``kernels_h100.csv``; per-family median and geomean |relative error|, given per
-split (``fit`` rows calibrated the constants, ``test`` rows did not) with row counts."""
+split (``fit`` rows calibrated the constants, ``test`` rows did not) with row counts.
+
+The package: :mod:`.rows` (CSV rows as measured kernel times), :mod:`.model` (the model's predictions
+against them), :mod:`.fit` (``python -m validation.studies.kernels.fit``: the GEMM, HBM and attention
+efficiencies, launch overhead and decode fill), :mod:`.measure` (``python -m
+validation.studies.kernels.measure``: GEMM, attention and HBM timings on a local GPU, and the GPU timing
+helpers the other measurement scripts share)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from simcore.hardware.gpus import get_gpu
-from validation.fit_kernels import evaluate, load_samples
-from validation.split import split_label
 from validation.studies.common import atomic_write_json, write_csv
+from validation.studies.common.split import split_label
+from validation.studies.kernels.model import evaluate
+from validation.studies.kernels.rows import load_samples
 
 __all__ = ["run"]
 

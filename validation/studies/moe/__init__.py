@@ -12,6 +12,10 @@ Rows from the sources in :data:`FIT_SOURCES` (the initial DeepEP README, 2025-02
 ``validation/studies/moe/fit.py`` fits the constants on, labelled ``fit``; all others are ``test``.
 Rows we cannot express are reported as skipped with the reason (DeepEP V2's elastic kernel, an
 unnamed GPU).
+
+Scripts beside the study: :mod:`.fit` (``python -m validation.studies.moe.fit``: DeepEP's constants),
+:mod:`.fit_kernels` (the serving runtimes' grouped expert-GEMM efficiency on their MoE kernels' timings) and
+:mod:`.measure_kernels` (grouped expert GEMMs timed on a local GPU).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from pathlib import Path
 
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants
 from validation.studies.common import atomic_write_json, write_csv
-
 from validation.studies.moe.model import bottleneck_bytes, error, evaluate, predict
 from validation.studies.moe.plot import plot_errors
 from validation.studies.moe.rows import FIT_SOURCES, MoeCase, load_cases, parse_row

@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from simcore.files import dumps
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants
-from validation import jsonline
-
 from validation.studies.moe.model import error, evaluate
 from validation.studies.moe.rows import MoeCase, load_cases
 
@@ -69,7 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"max {s['max_abs_error']:.1%}")
     out = {"fitted": {k: getattr(fitted, k) for k in FITTED}, "rows_skipped": len(skipped),
            "fit": summary["by_split"].get("fit"), "test": summary["by_split"].get("test")}
-    print(jsonline.dumps(out))
+    print(dumps(out))
     return out
 
 

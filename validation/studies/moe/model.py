@@ -10,7 +10,6 @@ from simcore.hardware.gpus import get_gpu
 from simcore.moe.deepep import DEFAULT_DEEPEP, DeepEPConstants, uniform_time_s
 from simcore.moe.draws import expected_max_load
 from simcore.moe.routing import RoutingConfig
-
 from validation.studies.moe.rows import MoeCase
 
 __all__ = ["bottleneck_bytes", "busiest_load", "predict", "error", "evaluate", "BENCH_ROUTING", "BENCH_EXPERTS"]

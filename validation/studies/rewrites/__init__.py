@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import argparse
 import os
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from validation import jsonline
-
+from simcore.files import dumps
+from validation.studies.common.scenarios import scenario_context
 from validation.studies.rewrites.cases import run_job
 from validation.studies.rewrites.plans import TOPOLOGIES, Grid, base_plans, fit_plan
 from validation.studies.rewrites.report import headline, print_summary, write_outputs
@@ -44,8 +45,6 @@ def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = Non
 
     ``workers`` processes run the (scenario, plan, topology) jobs (default: the CPUs, at most 8); the
     results do not depend on it. ``plan_labels`` keeps only those base plans (see :func:`base_plans`)."""
-    from validation.scenarios import scenario_context
-
     scenarios = tuple(scenarios or (DEFAULT_SCENARIOS if quick else FULL_SCENARIOS))
     grid = grid or (Grid.quick() if quick else Grid())
     plans, jobs = {}, []
@@ -56,8 +55,6 @@ def run(out_dir: str | Path, scenarios: tuple[str, ...] | list[str] | None = Non
         jobs += [(name, label, s, topo, grid) for label, (s, _) in found.items() for topo in grid.topologies]
     workers = min(8, os.cpu_count() or 1) if workers is None else int(workers)
     if workers > 1 and len(jobs) > 1:
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(workers) as pool:
             results = list(pool.map(run_job, *zip(*jobs, strict=True)))
     else:
@@ -96,5 +93,5 @@ def main(argv: list[str] | None = None) -> dict:
     scenarios = args.scenarios.split(",") if args.scenarios else None
     summary = run(args.out, scenarios, quick=args.quick, workers=args.workers)
     print_summary(summary)
-    print(jsonline.dumps(headline(summary), default=str))
+    print(dumps(headline(summary), default=str))
     return summary

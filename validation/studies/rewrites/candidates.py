@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simcore.strategy import layout as L
 from simcore.cost.lowering import CostContext, StrategyArrays, lower
 from simcore.cost.memory import structural_reasons
+from simcore.strategy import layout as L
 from simcore.strategy.opgraph import CHOICES, SEARCHABLE_OPS, op_applies
 from simcore.strategy.sharding import Strategy
 

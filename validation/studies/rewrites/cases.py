@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from simcore.cost.lowering import CostContext
-from simcore.strategy.sharding import Strategy
-
+from simcore.cost.cluster import Cluster
+from simcore.cost.lowering import CostContext, StrategyArrays
+from simcore.cost.memory import reason_names, structural_reasons
+from simcore.cost.proxy import evaluate
+from simcore.engine import EngineConfig, simulate
+from simcore.strategy.opgraph import op_applies
+from simcore.strategy.sharding import Strategy, megatron_sharding
+from validation.studies.common.scenarios import scenario_context
 from validation.studies.rewrites.candidates import Rewrite, enumerate_rewrites, phase_of
 from validation.studies.rewrites.plans import Grid, fit_plan, topology_for
 from validation.studies.rewrites.terms import changed_terms
@@ -16,9 +21,6 @@ __all__ = ["run_job"]
 
 
 def _context(scenario: str, graph, context: int) -> CostContext:
-    from simcore.cost.cluster import Cluster
-    from validation.scenarios import scenario_context
-
     base = scenario_context(scenario)
     w = dataclasses.replace(base.workload, input_len=int(context), ttft_slo_s=None, tpot_slo_s=None)
     return CostContext(base.model, w, Cluster.from_graph(graph), base.collective_constants)
@@ -26,9 +28,6 @@ def _context(scenario: str, graph, context: int) -> CostContext:
 
 def _evaluate(ctx: CostContext, graph, s: Strategy) -> dict:
     """Proxy, simulator (contention + overlap) and simulator (overlap only) of one plan."""
-    from simcore.engine import EngineConfig, simulate
-    from simcore.cost.proxy import evaluate
-
     proxy = evaluate(ctx, s)
     if not proxy.valid:
         return {"proxy": proxy, "reason": ", ".join(proxy.reasons)}
@@ -68,9 +67,6 @@ def _case(ctx: CostContext, base: Strategy, rw: Rewrite, b: dict, v: dict) -> di
 
 def _sharding_note(s: Strategy, model) -> str:
     """Where a plan's sharding departs from Megatron's on the model's operators (``megatron`` if nowhere)."""
-    from simcore.strategy.opgraph import op_applies
-    from simcore.strategy.sharding import megatron_sharding
-
     meg = megatron_sharding()
     diff = [f"{op}={c}" for op, c in s.sharding.items() if c != meg[op] and op_applies(model, op)]
     return " ".join(diff) or "megatron"
@@ -78,11 +74,6 @@ def _sharding_note(s: Strategy, model) -> str:
 
 def run_job(scenario: str, label: str, plan: Strategy, topology: str, grid: Grid) -> tuple[list[dict], dict]:
     """Every case of one (scenario, plan, topology); also what the plan became there."""
-    from simcore.cost.lowering import StrategyArrays
-    from simcore.cost.memory import reason_names, structural_reasons
-    from simcore.cost.proxy import evaluate
-    from validation.scenarios import scenario_context
-
     model = scenario_context(scenario).model
     graph0 = topology_for(topology, plan)
     prefill = scenario_context(scenario).workload.phase == "prefill"

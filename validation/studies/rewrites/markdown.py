@@ -5,7 +5,6 @@ from __future__ import annotations
 import statistics
 
 from validation.studies.common import pct
-
 from validation.studies.rewrites.outcome import TOL, outcome
 
 __all__ = ["markdown"]

@@ -10,8 +10,12 @@ from functools import cache
 
 import numpy as np
 
+from planner.exact import exact_optimum
+from planner.megatron import megatron_search, strategy_from_key
+from planner.space import SearchSpace
 from simcore.cost.lowering import CostContext
 from simcore.strategy.sharding import Strategy
+from topologies import build_topology
 
 __all__ = ["TOPOLOGIES", "Grid", "base_plans", "fit_plan", "topology_for"]
 
@@ -46,10 +50,6 @@ class Grid:
 
 def base_plans(ctx: CostContext) -> dict[str, tuple[Strategy, str]]:
     """Label -> (plan, where it comes from); identical plans are listed once, under the first label."""
-    from planner.exact import exact_optimum
-    from planner.megatron import megatron_search, strategy_from_key
-    from planner.space import SearchSpace
-
     space = SearchSpace.for_context(ctx)
     ranked = megatron_search(ctx, space)
     plans = {"megatron": (ranked.strategy(0), "Megatron heuristic's best (planner.megatron)")}
@@ -105,8 +105,6 @@ def fit_plan(s: Strategy, num_gpus: int, num_experts: int = 0,
 
 @cache
 def _graph(topology: str, nodes: int):
-    from topologies import build_topology
-
     kwargs = dict(TOPOLOGIES[topology])
     if topology not in _FIXED_GPUS:
         kwargs["num_nodes"] = nodes

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from validation.studies.common import pyplot, save_figure
-
 from validation.studies.rewrites.outcome import outcome
 
 __all__ = ["crossover_plot", "panel_choice"]

@@ -13,7 +13,6 @@ from collections import Counter
 from pathlib import Path
 
 from validation.studies.common import atomic_write_json, atomic_write_text, write_csv
-
 from validation.studies.rewrites.markdown import markdown
 from validation.studies.rewrites.outcome import TERMS, TOL, outcome, why
 from validation.studies.rewrites.plot import crossover_plot

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from simcore.collectives.cost import entry_costs
-from simcore.engine.pricing import packed_shape
+from simcore.cost.cluster import Cluster
 from simcore.cost.lowering import CostContext, StrategyArrays, lower
 from simcore.cost.memory import stage_layers
+from simcore.engine.pricing import packed_shape
 from simcore.strategy.sharding import Strategy
-
+from topologies import build_topology
 from validation.studies.rewrites.candidates import Slot, collective_diff, comm_slots
 
 __all__ = ["Terms", "bus_bytes", "alpha_beta", "stage_multipliers", "changed_terms", "collective_table"]
@@ -107,9 +108,6 @@ def changed_terms(ctx: CostContext, base: Strategy, rewrite: Strategy, phase: st
 def collective_table(sizes: tuple[float, ...] = (2.0**14, 2.0**20, 2.0**24, 2.0**28)) -> list[dict]:
     """All-reduce against all-gather of the same nccl-tests size on the study's TP groups: 8 GPUs on
     one NVLink domain (HGX, NVL72) and 16 GPUs over two nodes (IB); times and alpha in microseconds."""
-    from simcore.cost.cluster import Cluster
-    from topologies import build_topology
-
     groups = (("hgx-h100", {}, 8, 8), ("gb200-nvl72", {}, 8, 8), ("h100-ib-rail", {"num_nodes": 2}, 16, 8))
     out = []
     for name, kwargs, n, rpd in groups:

@@ -27,7 +27,7 @@ closed loop runs in lock step (every client's next prompt arrives in the same st
 Qwen3-235B vLLM sweep rows' median TTFT error goes from 12% to 126% (TPOT 11% to 24%): the measured runs
 did not stay in lock step, so the drawn lengths stay.
 
-Fit and test: the runtime profiles' host cost per step is fitted (``python -m validation.fit_serving``)
+Fit and test: the runtime profiles' host cost per step is fitted (``python -m validation.studies.serving.fit``)
 on the rows of the models in :data:`FIT_MODELS` only; every other model's rows are the test set. The
 study labels each row and reports both sets, test first.
 
@@ -38,6 +38,13 @@ is simulated and scored, the others are written with ``duplicate_of`` its id and
 Writes ``rows.csv`` (the input columns plus ``set``, ``sim_ttft_ms``, ``sim_tpot_ms``,
 ``ttft_rel_error``, ``tpot_rel_error``, ``skipped_reason``) and ``summary.json``; prints per-backend
 and per-mode tables and ends with one JSON line (printed by the app).
+
+Scripts beside the study (``python -m validation.studies.serving.<name>``): :mod:`.fit` (each runtime's
+host time per step, request path and MoE constants on the fit rows), :mod:`.score` (candidate runtime values
+scored on measured rows), :mod:`.explain` (a row's simulated decode step part by part), :mod:`.kv_capacity`
+(the KV-cache size against the runtimes' start-up logs), :mod:`.speculative` (DeepSeek-R1 with and without
+MTP), :mod:`.disagg` (the best disaggregated against the best aggregated plan) and :mod:`.measure_launch`
+(kernel launch costs timed on a local GPU and its host).
 """
 
 from __future__ import annotations
@@ -50,10 +57,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.apps.common import atomic_write_text
+from simcore.files import dumps
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
-from validation import jsonline
 from validation.studies.common import read_csv
-
 from validation.studies.serving.journal import fingerprint, simulate_rows
 from validation.studies.serving.launch import REQUESTS_PER_CLIENT
 from validation.studies.serving.mapping import RowCase, map_row
@@ -214,7 +220,7 @@ def run(data: Path, out: Path, study=None) -> dict:
         if r["skipped_reason"] and not r["duplicate_of"]:
             skipped[r["skipped_reason"]] = skipped.get(r["skipped_reason"], 0) + 1
     summary["skipped"] = skipped
-    atomic_write_text(out / "summary.json", jsonline.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write_text(out / "summary.json", dumps(summary, indent=2, default=str) + "\n")
     print(f"\nskipped: {sum(skipped.values())} rows; " + "; ".join(f"{v} x {k}" for k, v in skipped.items()))
     print(f"duplicates: {summary['duplicates']} rows repeat another row's measurement, scored once")
     return summary

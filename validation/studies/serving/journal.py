@@ -9,8 +9,11 @@ ends; a line cut short by a kill is ignored when read back.
 Run the study again in the same run dir (``shard-validate study=serving hydra.run.dir=DIR``) and the rows
 the journal holds are read back instead of simulated, but only under the same fingerprint: a hash of the
 data file and of every file that prices a row (``simcore/`` with its shipped model configs, ``validation/studies/serving/``
-and ``validation/split.py``), so a changed constant, mapping or cost formula never reuses an old answer. A
+and ``validation/studies/common/split.py``), so a changed constant, mapping or cost formula never reuses an old answer. A
 journal of another fingerprint is set aside (renamed ``rows.jsonl.stale``) and the study starts over.
+The journal is data only (JSON lines, read as numbers and strings, nothing constructed from it): a
+``rows.jsonl`` that is not one (not UTF-8 text, or its first line is no fingerprint header) is refused
+with one line naming it, never read as rows or overwritten.
 
 SIGINT and SIGTERM stop the study between two rows (:class:`StudyInterrupted`): the rows that ended are
 in the journal; workers ignore SIGINT, so the simulations in flight end and are kept too.
@@ -26,6 +29,8 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from planner.errors import UserError
+
 __all__ = ["RowJournal", "StudyInterrupted", "fingerprint", "simulate_rows"]
 
 _VALIDATION = Path(__file__).resolve().parents[2]
@@ -34,13 +39,15 @@ _VALIDATION = Path(__file__).resolve().parents[2]
 def _sources() -> list[tuple[str, Path]]:
     """What prices a row: every file of ``simcore`` (wherever it is installed: its modules and the
     ``config.json`` presets of ``simcore/models/configs``), of this study's package and
-    ``validation/split.py``, each with the name it enters the hash under."""
+    the train/test split (``validation/studies/common/split.py``), each with the name it enters the hash under."""
     import simcore
+    from validation.studies.common import split
 
     trees = [("simcore", Path(simcore.__file__).resolve().parent), ("validation/studies/serving", Path(__file__).resolve().parent)]
     files = [(f"{name}/{f.relative_to(base)}", f) for name, base in trees for f in sorted(base.rglob("*"))
              if f.is_file() and "__pycache__" not in f.parts]  # the modules and the shipped model configs
-    return files + [("validation/split.py", _VALIDATION / "split.py")]
+    split_file = Path(split.__file__).resolve()
+    return files + [(f"validation/{split_file.relative_to(_VALIDATION).as_posix()}", split_file)]
 
 
 class StudyInterrupted(Exception):
@@ -85,12 +92,19 @@ class RowJournal:
         self._file = self.path.open("a")
 
     def _read(self) -> None:
-        lines = self.path.read_text().splitlines()
         try:
-            header = json.loads(lines[0]) if lines else {}
+            lines = self.path.read_bytes().decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise self._foreign("it is not UTF-8 text") from None
+        if not lines:  # killed before its header was written: a new journal
+            return
+        try:
+            header = json.loads(lines[0])
         except json.JSONDecodeError:
-            header = {}
-        if header.get("fingerprint") != self.stamp:
+            header = None
+        if not isinstance(header, dict) or not isinstance(header.get("fingerprint"), str):
+            raise self._foreign('its first line is not a {"fingerprint": ...} header')
+        if header["fingerprint"] != self.stamp:
             os.replace(self.path, self.path.with_name(self.NAME + ".stale"))
             return
         for line in lines[1:]:
@@ -100,6 +114,10 @@ class RowJournal:
                                                    str(entry["reason"]))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 continue  # a line cut short by a kill: that row is simulated again
+
+    def _foreign(self, why: str) -> UserError:
+        return UserError(f"{self.path} is not a serving study journal ({why}); move it away or run the study "
+                         "in another run dir")
 
     def append(self, key: str, result: tuple[float, float, str]) -> None:
         ttft, tpot, reason = result

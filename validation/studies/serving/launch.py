@@ -150,7 +150,7 @@ def deepseek_trtllm_mtp_flags(concurrency: int, isl: int, tp: int, attention_dp:
     (``num_nextn_predict_layers``) without attention DP and 1 with, and ``max_num_tokens`` =
     ``(MTP + 1) x max_batch_size + ISL + 64`` rounded up to 64, ``max_batch_size`` being the concurrency per
     attention-DP rank. A row does not record which of the two launches (with or without MTP) ran it, so
-    the study simulates its rows without, and ``python -m validation.serving_spec`` shows both."""
+    the study simulates its rows without, and ``python -m validation.studies.serving.speculative`` shows both."""
     mtp = 1 if attention_dp else 3
     per_rank = concurrency // tp if attention_dp else concurrency
     return {"spec_tokens": mtp, "max_num_batched_tokens": round_up((mtp + 1) * per_rank + isl + 64, 64)}

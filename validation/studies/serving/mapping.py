@@ -63,16 +63,20 @@ import re
 from dataclasses import dataclass, field, replace
 
 from simcore.cost.cluster import Cluster
-from simcore.hardware.gpus import get_gpu
 from simcore.cost.lowering import CostContext
+from simcore.hardware.gpus import get_gpu
 from simcore.models import ModelConfigError, get_model, preset_for
 from simcore.moe import RoutingConfig
 from simcore.serving import Pool, ServingPlan, get_runtime, runtime_strategy
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.workload import Workload
-
 from validation.studies.serving.kv_dtype import kv_cache_precision
-from validation.studies.serving.launch import REQUESTS_PER_CLIENT, launch_flags, launch_model_fields, requests_per_client
+from validation.studies.serving.launch import (
+    REQUESTS_PER_CLIENT,
+    launch_flags,
+    launch_model_fields,
+    requests_per_client,
+)
 from validation.studies.serving.moe_backend import moe_kernel_fields, vllm_mxfp4_padding
 from validation.studies.serving.weight_format import FORMAT_BYTES, expert_format
 

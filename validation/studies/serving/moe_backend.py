@@ -24,7 +24,7 @@ So these rows take that family's MoE block (:data:`TRITON_MOE_FIELDS`); the rest
   BF16 timings at their own shapes give 0.35; the serving shapes, experts split by tensor parallelism,
   run slower (:mod:`simcore.serving.runtime`).
 - **Decode sizes.** The HBM share and the fixed time per call come from the kernel's own published
-  timings at 1-64 tokens (:data:`TRITON_FUSED_MOE_DECODE`, ``python -m validation.fit_moe_kernels
+  timings at 1-64 tokens (:data:`TRITON_FUSED_MOE_DECODE`, ``python -m validation.studies.moe.fit_kernels
   --decode``).
 - **Not profile ``vllm``'s decode pair** (0.5, 25 us). That pair is fitted on vLLM's serving rows. On
   those kernel timings it scores 0.48 median |log error|, against the fit's 0.05. It carries time vLLM's
@@ -42,7 +42,7 @@ which the GPU loads and reads (:func:`vllm_mxfp4_padding`, :func:`.weight_format
 is what InferenceX's gpt-oss vLLM runs use: ``gptoss_fp4_h200.sh`` and ``gptoss_fp4_h100.sh`` both
 ``export VLLM_MXFP4_USE_MARLIN=1`` (vLLM's ``get_mxfp4_backend`` otherwise takes ``triton_kernels``'
 ``matmul_ogs`` on SM90 where that package is installed, as vLLM's images ship it, and Marlin where it is
-not). A vLLM launch whose kernel is not known (the KV-cache logs of ``validation.kv_capacity``, any CSV
+not). A vLLM launch whose kernel is not known (the KV-cache logs of ``validation.studies.serving.kv_capacity``, any CSV
 row) is priced the same way, chosen on the fit launches' logged weights (llm-d-benchmark, H100, in
 sample): gpt-oss-120b and -20b at TP 1 load 64.38 and 13.47 GiB, Marlin's padding gives +2.2% and +1.3%,
 Triton's -5.7% and -5.0%; out of sample, gpt-oss-20b at TP 2 (vLLM 0.19, llm-d-planner) loads 7.01 GiB,
@@ -54,14 +54,13 @@ from __future__ import annotations
 
 from simcore.hardware.gpus import get_gpu
 from simcore.serving import get_runtime
-
 from validation.studies.serving.weight_format import marlin_padding
 
 __all__ = ["TRITON_FUSED_MOE_DECODE", "TRITON_MOE_FIELDS", "moe_kernel_fields", "triton_moe_fields",
            "vllm_mxfp4_padding"]
 
 #: Triton ``fused_moe`` at decode sizes as its published timings price it: HBM share of a dense GEMM's on
-#: the active experts' weights and fixed time per call (``python -m validation.fit_moe_kernels --decode``:
+#: the active experts' weights and fixed time per call (``python -m validation.studies.moe.fit_kernels --decode``:
 #: 58 rows of 6 sources at 1-64 tokens, median |log error| 0.052; a test holds these equal to its fit)
 TRITON_FUSED_MOE_DECODE = {"moe_memory_efficiency": 1.0, "moe_layer_s": 20e-6}
 #: The runtime-profile fields that price the MoE block's kernels; the Triton MoE kernels take the
