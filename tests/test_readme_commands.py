@@ -31,6 +31,7 @@ def _commands(paths: list[Path] = DOCS) -> list[str]:
 
 
 def _block_commands(text: str) -> list[str]:
+    """The app lines of one markdown text's ```bash blocks."""
     out, block, pending = [], False, ""
     for line in text.splitlines():
         if line.startswith("```"):
@@ -38,13 +39,13 @@ def _block_commands(text: str) -> list[str]:
             continue
         if not block:
             continue
-        text = pending + line.split("#", 1)[0].strip()
-        if text.endswith("\\"):
-            pending = text[:-1] + " "
+        command = pending + line.split("#", 1)[0].strip()
+        if command.endswith("\\"):
+            pending = command[:-1] + " "
             continue
         pending = ""
-        if text.split(" ", 1)[0] in APPS:
-            out.append(text.strip())
+        if command.split(" ", 1)[0] in APPS:
+            out.append(command.strip())
     return out
 
 
@@ -153,16 +154,24 @@ def test_repository_paths_the_docs_quote_exist():
     assert missing == []
 
 
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a markdown file's headings: lower case, punctuation dropped, spaces to -."""
+    heads = re.findall(r"^#+\s+(.*)$", path.read_text(), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
+
+
 def test_relative_links_resolve():
     """Every relative markdown link of the README and the docs (``[text](docs/serving.md#the-serving-search)``,
-    an image) points at a file of the repository."""
+    an image) points at a file of the repository, and at one of its headings where it names one."""
     broken = []
     for path in [*DOCS, *sorted((ROOT / "validation" / "reports").rglob("history.md"))]:
         for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue  # a web address, an anchor in the same page
-            if not (path.parent / target.split("#", 1)[0]).exists():
-                broken.append(f"{path.relative_to(ROOT)}: {target}")
+            if re.match(r"[a-z]+:", target):
+                continue  # a web address
+            file, _, anchor = target.partition("#")
+            dest = path.parent / file if file else path
+            if not dest.exists() or anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{path}: {target}")
     assert broken == []
 
 

@@ -87,6 +87,8 @@ def test_run_serving_sim_without_a_plan_simulates_the_default_and_says_why(tmp_p
                                                                                "worker of tp2 ep1 pp1")
     assert payload["plan_source"] in capsys.readouterr().out
     assert json.loads((tmp_path / "result.json").read_text())["plan_source"] == payload["plan_source"]
+    memory = json.loads((tmp_path / "result.json").read_text())["memory"]
+    assert list(memory) == ["both"] and memory["both"]["headroom_bytes"] >= 0  # the aggregated pool, by part
     assert (tmp_path / "trace.json").is_file()
 
 
@@ -100,3 +102,20 @@ def test_a_given_plan_that_cannot_serve_is_refused_in_one_line(tmp_path, monkeyp
     assert not (tmp_path / "result.json").exists()
     payload = run_serving_sim(_cfg("serving.plan.pool.tp=4", "serving.num_requests=16", "serving.osl=32"))
     assert payload["plan_source"] == "serving.plan of the config"
+
+
+def test_each_pools_memory_is_shown_by_part_and_sums_to_its_total():
+    from simcore.serving.kvcache import kv_bytes_per_token, pool_memory
+
+    ctx, scfg, plan, _ = _pick()
+    runtime = scfg.runtime_profile()
+    for _role, pool in plan.pools:
+        m = pool_memory(ctx, pool.strategy, runtime)
+        parts = ("weights", "kv_cache", "activations", "runtime_reserved", "workspace")
+        assert m["total_bytes"] == pytest.approx(sum(m[f"{p}_bytes"] for p in parts))
+        assert m["kv_cache_bytes"] == pytest.approx(kv_capacity_tokens(ctx, pool.strategy, runtime)
+                                                    * kv_bytes_per_token(ctx, pool.strategy))
+        assert 0 < m["total_bytes"] <= m["capacity_bytes"] and m["headroom_bytes"] >= 0
+        # tp2 holds half of tp1's weights per GPU
+        half = pool_memory(ctx, pool.strategy.replace(tp=pool.strategy.tp * 2), runtime)["weights_bytes"]
+        assert half == pytest.approx(m["weights_bytes"] / 2, rel=0.05)

@@ -12,7 +12,7 @@ from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.serving.runtime import get_runtime
 from simcore.serving.step_cost import GroupBatch, StepCost
 from simcore.workload import Workload
-from validation.studies.serving.kv_dtype import kv_cache_precision
+from validation.studies.serving.launch import kv_cache_precision
 from validation.studies.serving.mapping import map_row
 
 

@@ -334,12 +334,12 @@ def test_the_harness_launch_flags_apply_to_its_own_lengths_only():
 
 def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_kernel_constants():
     """TensorRT-LLM runs MXFP4 experts on Hopper through its Triton MoE backend whatever the launch
-    (validation.studies.serving.moe_backend): the MoE block takes the Triton kernels' constants fitted on
+    (simcore.serving.deployment.moe_kernels): the MoE block takes the Triton kernels' constants fitted on
     their published timings (the prefill-size pair profile vllm holds, the decode-size pair of
     ``fit_moe_kernels --decode``), not vLLM's serving-fitted decode pair. On H100 and H200 alike, at the
     harness's lengths and at others; not on Blackwell, not for DeepSeek's FP8 experts, not on vLLM."""
     from simcore.serving import get_runtime
-    from validation.studies.serving.moe_backend import (
+    from simcore.serving.deployment.moe_kernels import (
         TRITON_FUSED_MOE_DECODE,
         TRITON_MOE_FIELDS,
         moe_kernel_fields,
@@ -378,7 +378,7 @@ def test_the_triton_decode_constants_are_what_the_kernel_fit_chooses_on_the_ship
     """TRITON_FUSED_MOE_DECODE is the grid point ``python -m validation.studies.moe.fit_kernels --decode`` picks on
     the shipped fused_moe timings (fit rows only, <= 64 tokens): change the data and this fails."""
     from validation.studies.moe import fit_kernels as fit_moe_kernels
-    from validation.studies.serving.moe_backend import TRITON_FUSED_MOE_DECODE
+    from simcore.serving.deployment.moe_kernels import TRITON_FUSED_MOE_DECODE
 
     rows = [r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] <= 64]
     fit = fit_moe_kernels.fit_decode(rows)
@@ -412,7 +412,7 @@ def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
     (0.95 on H200), gpt-oss on vLLM as on H200; for a runtime and model with no H100 script (DeepSeek on
     SGLang or TensorRT-LLM, gpt-oss on TensorRT-LLM, GLM-5, Qwen3.5) no H200 flag carries over."""
     from validation.studies.serving.launch import launch_flags, launch_model_fields, requests_per_client
-    from validation.studies.serving.moe_backend import triton_moe_fields
+    from simcore.serving.deployment.moe_kernels import triton_moe_fields
 
     def launch(system, **kw):
         case = map_row(_harness_row(system, **kw))
@@ -426,7 +426,7 @@ def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
     gpt_oss = {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "tp_size": 2, "moe_tp_size": 2,
                "moe_ep_size": 1}
     assert launch("h100_sxm", **gpt_oss).launch == launch("h200_sxm", **gpt_oss).launch != {}
-    # no H100 script: only the runtime's own MoE kernels for MXFP4 on Hopper (.moe_backend), no H200 flag
+    # no H100 script: only the runtime's own MoE kernels for MXFP4 on Hopper (simcore.serving.deployment.moe_kernels), no H200 flag
     assert launch("h100_sxm", **gpt_oss, backend="trtllm").launch == triton_moe_fields()
     assert launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4, system="h200_sxm") != {}
     for backend in ("sglang", "trtllm"):

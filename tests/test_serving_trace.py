@@ -168,3 +168,9 @@ def test_shard_sim_serving_writes_result_and_trace(tmp_path):
     assert [e for e in events if e.get("cat") == "request" and e["name"] == "decode"]
     assert {"requests", "KV blocks", "tokens per step"} <= {e["name"] for e in events if e["ph"] == "C"}
     assert "trace.json" in proc.stdout
+
+
+def test_a_serving_search_refuses_the_trace_option(tmp_path):
+    proc = run_app("search", "workload=serving", "serving.trace_requests=5", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: serving.trace_requests: the serving trace is "
+                                                           "shard-sim's"), proc.stderr

@@ -7,8 +7,8 @@ import pytest
 from simcore.serving import get_runtime, runtime_strategy
 from simcore.serving.step_cost import GroupBatch, StepCost
 from validation.studies.serving.mapping import map_row
-from validation.studies.serving.moe_backend import vllm_mxfp4_padding
-from validation.studies.serving.weight_format import (
+from simcore.serving.deployment.moe_kernels import vllm_mxfp4_padding
+from simcore.models.quantization import (
     CHECKPOINT_FORMAT,
     FORMAT_BYTES,
     expert_weight_bytes,

@@ -47,6 +47,7 @@ from simcore.serving import (
     write_serving_trace,
 )
 from simcore.serving.breakdown import PARTS, mean_decode_batches, step_breakdown
+from simcore.serving.kvcache import pool_memory
 from simcore.serving.plan import check_expert_layout
 from topologies.scenario import build_graph
 
@@ -201,6 +202,18 @@ def _print_result(con, title: str, ctx, plan, scfg, result, slo: dict) -> dict:
     return steps
 
 
+def _memory_table(memory: dict[str, dict[str, float]]) -> Table:
+    """Per-GPU memory of each pool, by part, in GB (:func:`simcore.serving.kvcache.pool_memory`)."""
+    table = Table(title="memory per GPU, GB (the fullest GPU of each pool)")
+    parts = ("weights", "kv_cache", "activations", "runtime_reserved", "workspace", "total", "capacity", "headroom")
+    table.add_column("pool")
+    for part in parts:
+        table.add_column(part.replace("_", " "), justify="right")
+    for role, m in memory.items():
+        table.add_row(role, *(f"{m[f'{part}_bytes'] / 1e9:,.1f}" for part in parts))
+    return table
+
+
 def run_serving_sim(cfg) -> dict:
     """``shard-sim workload=serving``: simulate one plan (the given one, else :func:`default_plan`'s), print
     its latencies, write ``result.json`` and ``trace.json``."""
@@ -231,6 +244,9 @@ def run_serving_sim(cfg) -> dict:
              f"{scfg.runtime}, {load}, ISL {cfg.serving.isl} OSL {cfg.serving.osl}: {plan.describe()}")
     slo = {"ttft_ms": cfg.serving.ttft_slo_ms, "tpot_ms": cfg.serving.tpot_slo_ms}
     steps = _print_result(con, title, ctx, plan, scfg, result, slo)
+    runtime = plan.runtime_for(scfg.runtime_profile())
+    memory = {role: pool_memory(ctx, pool.strategy, runtime) for role, pool in plan.pools}
+    con.print(_memory_table(memory))
     out = run_dir()
     spec = plan.runtime_for(scfg.runtime_profile())  # a searched plan's own speculative decoding
     payload = {"scenario": cfg.scenario, "model": ctx.model.name, "gpus": ctx.cluster.num_gpus, "plan_source": source,
@@ -238,7 +254,7 @@ def run_serving_sim(cfg) -> dict:
                            "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
                            "osl": cfg.serving.osl, "slo": slo, "spec_tokens": spec.spec_tokens,
                            "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
-               "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
+               "memory": memory, "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
     atomic_write_json(out / "result.json", payload)
     size = write_serving_trace(out / "trace.json", trace).stat().st_size
     written = ["result.json", f"trace.json ({size / 1e6:.1f} MB)"]

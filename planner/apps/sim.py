@@ -5,7 +5,8 @@
 neither, ``shard-sim experiment=X`` simulates the scenario's best Megatron plan (Megatron's
 per-operator sharding, the degrees and batch best under the proxy, searched over the ``planner.*``
 space bounds) and says so. The scenario groups (model, topology, workload) are the same as
-``shard-search``'s; a plan file's scenario fields are applied unless overridden. ``export=vllm|sglang|megatron`` also prints the
+``shard-search``'s; a plan file is checked against them (pass the ``experiment=`` it was made for: a plan
+for another model or cluster is refused, naming the scenario it was made for). ``export=vllm|sglang|megatron`` also prints the
 target's launch command and the per-operator choices it cannot express, priced by proxy and
 simulator (see :mod:`simcore.export`), and writes ``export_<target>.txt``.
 

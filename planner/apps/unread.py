@@ -63,6 +63,8 @@ def _unread_serving_key(cfg, key: str, typed: set[str], app: str) -> str | None:
             return "serving.plan.mode=agg serves with serving.plan.pool; prefill and decode are disagg's and seesaw's"
         if part == "host_kv_bytes_per_gpu" and mode != "seesaw":
             return f"read only under serving.plan.mode=seesaw, got {mode}"
+    if key == "serving.trace_requests" and app == "shard-search":
+        return "the serving trace is shard-sim's (a search writes none); replay its best plan with shard-sim plan=..."
     if key == "serving.concurrency" and (s.get("trace") or s.get("rate") is not None):
         return "closed-loop clients are the arrivals only without serving.trace and serving.rate; set one of them"
     if key == "serving.spec_accept" and not int(s.spec_tokens) and (app == "shard-sim" or not any(s.search.spec_tokens or [])):

@@ -25,13 +25,13 @@ from dataclasses import replace
 import numpy as np
 
 from simcore.cost.lowering import CostContext, StrategyArrays
-from simcore.cost.memory import memory_per_gpu_bytes, stage_layers
+from simcore.cost.memory import memory_breakdown, memory_per_gpu_bytes, stage_layers
 from simcore.serving.requests import Request
 from simcore.serving.runtime import RuntimeProfile
 from simcore.strategy.opgraph import DIM0, DIM1
 from simcore.strategy.sharding import Strategy
 
-__all__ = ["kv_capacity_tokens", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks", "KvCache",
+__all__ = ["kv_capacity_tokens", "pool_memory", "kv_bytes_per_token", "state_bytes_per_sequence", "state_blocks", "KvCache",
            "sglang_mem_fraction"]
 
 
@@ -110,6 +110,22 @@ def kv_capacity_tokens(ctx: CostContext, strategy: Strategy, runtime: RuntimePro
     used += runtime.reserved_bytes  # what the runtime's memory profile holds beside these (RuntimeProfile)
     free = fraction * (gpu.usable_hbm_bytes - used) if runtime.mem_fraction_of_free else budget - used
     return max(int(free // kv_bytes_per_token(ctx, strategy)), 0)
+
+
+def pool_memory(ctx: CostContext, strategy: Strategy, runtime: RuntimeProfile) -> dict[str, float]:
+    """A serving pool's HBM on its fullest GPU, by part, in bytes: weights, the KV cache the runtime
+    allocates (:func:`kv_capacity_tokens`), the activations of its largest step, what the runtime's
+    memory profile holds beside them (``RuntimeProfile.reserved_bytes``) and the GPU's workspace (CUDA
+    context, NCCL); ``headroom_bytes``: what the memory fraction leaves unallocated."""
+    step = 1 if runtime.mem_fraction_static else runtime.max_num_batched_tokens
+    probe = replace(ctx, workload=replace(ctx.workload, phase="prefill", input_len=step, output_len=1))
+    parts = memory_breakdown(probe, strategy.replace(dp=1, batch=strategy.ep, microbatches=1))
+    kv = kv_capacity_tokens(ctx, strategy, runtime) * kv_bytes_per_token(ctx, strategy)
+    out = {"weights_bytes": parts.weights_bytes, "kv_cache_bytes": kv, "activations_bytes": parts.activations_bytes,
+           "runtime_reserved_bytes": float(runtime.reserved_bytes), "workspace_bytes": parts.workspace_bytes}
+    total = sum(out.values())
+    return out | {"total_bytes": total, "capacity_bytes": parts.capacity_bytes,
+                  "headroom_bytes": parts.capacity_bytes - total}
 
 
 class KvCache:

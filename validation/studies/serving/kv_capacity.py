@@ -18,13 +18,13 @@ runtime prints what it allocated when it starts:
 ``validation/data/kv_capacity_published.csv`` holds such lines copied from public logs (each row's
 ``source_url`` and verbatim ``quote``), with the launch that printed them: runtime and version, GPU
 (``system``: ``h100_sxm``, ``h200_sxm``, ``h800``), model, weight precision, KV dtype (blank or ``auto``:
-the runtime's default, :func:`validation.studies.serving.kv_dtype.kv_cache_precision`), TP / PP / DP
+the runtime's default, :func:`validation.studies.serving.launch.kv_cache_precision`), TP / PP / DP
 degrees, the memory fraction (blank: the runtime's default) and the token budget. Each row is priced as
 the serving study prices a row of that runtime, model and layout, and the tool prints, per row and by
 runtime and GPU, the simulated against the logged KV tokens, KV GiB and weights GiB (the weights per GPU
 of :func:`simcore.cost.memory.memory_per_gpu_bytes` at a one-token step, within a few MiB of the weights
 alone). A vLLM row's MXFP4 experts on Hopper are held padded to Marlin's tiles, as the study holds them
-(:func:`validation.studies.serving.moe_backend.vllm_mxfp4_padding`, chosen on these fit rows' weights).
+(:func:`simcore.serving.deployment.vllm_mxfp4_padding`, chosen on these fit rows' weights).
 A row the tool cannot price (a model without a preset, a layout the strategy refuses) is listed
 with why and left out of the medians.
 
@@ -52,14 +52,14 @@ from simcore.cost.lowering import CostContext, StrategyArrays
 from simcore.cost.memory import memory_per_gpu_bytes
 from simcore.files import dumps
 from simcore.models import get_model
+from simcore.models.quantization import expert_format
 from simcore.serving import get_runtime, runtime_strategy
+from simcore.serving.deployment import vllm_mxfp4_padding
 from simcore.serving.kvcache import kv_bytes_per_token, kv_capacity_tokens
 from validation.studies.common.cli import BadInput, OneLineParser, read_rows, run_script
 from validation.studies.common.split import split_label, split_of
-from validation.studies.serving.kv_dtype import kv_cache_precision
+from validation.studies.serving.launch import kv_cache_precision
 from validation.studies.serving.mapping import SYSTEMS, model_preset, row_workload
-from validation.studies.serving.moe_backend import vllm_mxfp4_padding
-from validation.studies.serving.weight_format import expert_format
 
 __all__ = ["main", "load_rows", "price_row", "fit_reserve", "PricedRow", "GRID_RESERVED_GIB"]
 

@@ -15,11 +15,11 @@ simulator's runtime profile models, the row is simulated with it; each entry nam
 - vLLM, gpt-oss-120b (``gptoss_fp4_h200.sh``): ``--max-num-batched-tokens 8192``,
   ``max-cudagraph-capture-size: 2048``, ``--gpu-memory-utilization 0.9``, and ``export
   VLLM_MXFP4_USE_MARLIN=1``: the MXFP4 experts on Marlin's kernels, held padded to its tiles
-  (:mod:`.moe_backend`, which prices every vLLM MXFP4 row so).
+  (:mod:`simcore.serving.deployment.moe_kernels`, which prices every vLLM MXFP4 row so).
 - TensorRT-LLM, gpt-oss-120b (``gptoss_fp4_h200_trt.sh``): ``--max_num_tokens 20000``,
   ``free_gpu_memory_fraction: 0.85`` (CUDA graphs up to the concurrency: every decode batch), and
   ``moe_config.backend: TRITON``, which is what TensorRT-LLM runs MXFP4 experts with on any Hopper GPU
-  whatever the launch, so it is not a flag here but the runtime's kernel choice (:mod:`.moe_backend`,
+  whatever the launch, so it is not a flag here but the runtime's kernel choice (:mod:`simcore.serving.deployment.moe_kernels`,
   applied to every such row).
 - SGLang, Qwen3.5-397B-A17B (``qwen3.5_fp8_h200.sh``): ``--chunked-prefill-size 16384``,
   ``--mem-fraction-static 0.8`` (CUDA graphs up to the concurrency), and ``--mamba-ssm-dtype bfloat16``:
@@ -64,14 +64,33 @@ keeps the profiles' defaults: a flag applies only where the script that ran the 
 
 Rows at other lengths (aiconfigurator's own sweeps: ISL 1000-8000, OSL 100-2000) keep the profiles'
 defaults. These are launch settings read from the harness, not fitted values.
+
+The KV cache's element type (:func:`kv_cache_precision`) is a flag too, where the harness's script sets one
+(rows at :data:`HARNESS_LENGTHS`):
+
+- FP8: TensorRT-LLM DeepSeek-R1/V3 (``dsr1_fp8_h200_trt.sh``: ``kv_cache_config: dtype: fp8``);
+  Llama-3.3-70B on vLLM (``70b_fp8_h200_slurm.sh``: ``kv-cache-dtype: fp8``) and on TensorRT-LLM
+  (``70b_fp8_h200_trt_slurm.sh``: ``dtype: fp8``); Qwen3.5 on SGLang (``qwen3.5_fp8_h200.sh``:
+  ``--kv-cache-dtype fp8_e4m3``).
+- No flag (``auto``: the runtime's own choice by its version, :mod:`simcore.serving.deployment.kv_dtype`):
+  DeepSeek-R1 on SGLang (``dsr1_fp8_h200.sh``), gpt-oss on vLLM and on TensorRT-LLM
+  (``gptoss_fp4_h200*.sh``: ``dtype: auto``), Kimi-K2.5 (``kimik2.5_int4_h200.sh``). MiniMax-M2.5
+  (``minimaxm2.5_fp8_h200.sh``): one copy of the script passes ``--kv-cache-dtype fp8``, another none;
+  which ran a row is not recorded, so, as for its token budget, the default stays.
+
+Rows with 4-bit experts (gpt-oss, Kimi) already run BF16 everywhere on Hopper (:mod:`.mapping`).
+
+What each flag does to a simulated step, and the ``shard-sim workload=serving`` field that sets it, is
+:mod:`simcore.serving.deployment`'s; this module only says which flags the harness passed.
 """
 
 from __future__ import annotations
 
-from validation.studies.serving.weight_format import round_up
+from simcore.models.quantization import round_up
+from simcore.serving.deployment import parse_version, runtime_kv_dtype
 
 __all__ = ["launch_flags", "launch_model_fields", "deepseek_trtllm_mtp_flags", "requests_per_client", "HARNESS_LENGTHS",
-           "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT"]
+           "HARNESS_SYSTEMS", "REQUESTS_PER_CLIENT", "kv_cache_precision", "FP8_KV_LAUNCHES"]
 
 #: InferenceX's sequence lengths: a row whose ISL and OSL are both among them is one of its runs
 HARNESS_LENGTHS = (1024, 8192)
@@ -163,3 +182,20 @@ def requests_per_client(backend: str, preset: str, isl: int, osl: int, system: s
         return 5
     return REQUESTS_PER_CLIENT
 
+
+
+#: (backend, preset prefix) whose InferenceX launch forces an FP8 KV cache (module doc)
+FP8_KV_LAUNCHES = (("trtllm", "deepseek-"), ("vllm", "llama-3.1-70b"), ("trtllm", "llama-3.1-70b"),
+                   ("sglang", "qwen3.5"))
+
+
+def kv_cache_precision(backend: str, version: str, model_path: str, preset: str, precision: str,
+                       isl: int, osl: int) -> str:
+    """``bf16`` or ``fp8``: the KV cache's element type of a row (module doc): FP8 where the harness's
+    launch passes the flag, else the runtime's default at the row's version
+    (:func:`simcore.serving.deployment.runtime_kv_dtype`); ``precision`` is the mapped weights'
+    (``Workload.precision``)."""
+    if precision == "fp8" and isl in HARNESS_LENGTHS and osl in HARNESS_LENGTHS \
+            and any(backend == b and preset.startswith(p) for b, p in FP8_KV_LAUNCHES):
+        return "fp8"
+    return runtime_kv_dtype(backend, parse_version(version), model_path, precision)

@@ -66,19 +66,25 @@ from simcore.cost.cluster import Cluster
 from simcore.cost.lowering import CostContext
 from simcore.hardware.gpus import get_gpu
 from simcore.models import ModelConfigError, get_model, preset_for
+from simcore.models.quantization import FORMAT_BYTES, expert_format
 from simcore.moe import RoutingConfig
 from simcore.serving import Pool, ServingPlan, get_runtime, runtime_strategy
+from simcore.serving.deployment import (
+    moe_kernel_fields,
+    parse_version,
+    runtime_profile_name,
+    version_defaults,
+    vllm_mxfp4_padding,
+)
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.workload import Workload
-from validation.studies.serving.kv_dtype import kv_cache_precision
 from validation.studies.serving.launch import (
     REQUESTS_PER_CLIENT,
+    kv_cache_precision,
     launch_flags,
     launch_model_fields,
     requests_per_client,
 )
-from validation.studies.serving.moe_backend import moe_kernel_fields, vllm_mxfp4_padding
-from validation.studies.serving.weight_format import FORMAT_BYTES, expert_format
 
 __all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "row_workload", "version_fields"]
 
@@ -116,35 +122,23 @@ def model_preset(model_path: str) -> str | None | ModelConfigError:
 
 
 def runtime_of(row: dict) -> str:
-    """The runtime profile of a row: its ``backend``, except that vLLM before v0.14 (or with no
-    version given: the sample's older, unversioned runs) is ``vllm-sync``, its host step not yet
-    overlapped with the GPU (async scheduling became vLLM's default in v0.14; simcore.serving.runtime)."""
+    """The runtime profile of a row: its ``backend`` at its ``backend_version``
+    (:func:`simcore.serving.deployment.runtime_profile_name`: vLLM before v0.14 is ``vllm-sync``), a vLLM
+    row with no version (the sample's older, unversioned runs) ``vllm-sync`` too."""
     backend = row.get("backend", "").strip()
-    if backend != "vllm":
-        return backend
-    found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
-    return "vllm" if found and (int(found.group(1)), int(found.group(2))) >= (0, 14) else "vllm-sync"
+    version = parse_version(row.get("backend_version"))
+    return "vllm-sync" if backend == "vllm" and version is None else runtime_profile_name(backend, version)
 
 
 def version_fields(row: dict, moe: bool, precision: str) -> dict:
-    """Runtime-profile fields a row's runtime version sets by default (empty: the profile's).
-
-    vLLM v0.12 to v0.14 run a block-FP8 MoE model's experts through DeepGEMM's contiguous grouped GEMM at
-    any batch (``moe_padded_rows`` 128; :mod:`simcore.serving.runtime`): E8M0 scales, on by default on
-    Hopper since vllm-project/vllm PR #26197, make ``TritonOrDeepGemmExperts`` take DeepGEMM whatever the
-    batch; v0.12 turned DeepGEMM's MoE off by default when the experts are split 8 ways by tensor
-    parallelism (PR #29346); users measure v0.12-v0.14 slower than v0.11 on FP8 MoE models until they
-    turn it off (vllm-project/llm-compressor issue #2292). The sample's v0.16 and v0.18 rows show none
-    of it (their low-load gap closes by 16 clients; a padded GEMM costs the same at every load)."""
-    found = re.match(r"\s*(\d+)\.(\d+)", row.get("backend_version") or "")
-    version = (int(found.group(1)), int(found.group(2))) if found else None
-    if (row.get("backend") or "").strip() != "vllm" or not moe or precision != "fp8" or version is None \
-            or not (0, 12) <= version < (0, 15):
-        return {}
+    """Runtime-profile fields a row's runtime version sets by default (empty: the profile's;
+    :func:`simcore.serving.deployment.version_defaults`: vLLM v0.12-v0.14's DeepGEMM MoE path), with the
+    MoE TP degree the row records (its decode pool's for a disaggregated row)."""
     prefix = "" if (row.get("mode") or "").strip() != "disagg" else "decode_"
     ep = _int(row, prefix + "moe_ep_size", 1) or 1  # expert parallelism on: vLLM's MoE TP degree is 1
     moe_tp = 1 if ep > 1 else (_int(row, prefix + "moe_tp_size", 0) or _int(row, prefix + "tp_size", 1) or 1)
-    return {} if moe_tp == 8 else {"moe_padded_rows": 128}
+    return version_defaults((row.get("backend") or "").strip(), parse_version(row.get("backend_version")), moe,
+                            precision, moe_tp)
 
 
 class RowError(ValueError):

@@ -38,7 +38,7 @@ the history says. One contrary point stands: an H100 ``triton_kernels`` repro at
 
 vLLM's gpt-oss rows keep profile ``vllm``'s MoE constants; their experts run Marlin's weight-only
 kernels, not timed here. What Marlin changes is the bytes: vLLM holds MXFP4 experts padded to its tiles,
-which the GPU loads and reads (:func:`vllm_mxfp4_padding`, :func:`.weight_format.marlin_padding`). Marlin
+which the GPU loads and reads (:func:`vllm_mxfp4_padding`, :func:`simcore.models.quantization.marlin_padding`). Marlin
 is what InferenceX's gpt-oss vLLM runs use: ``gptoss_fp4_h200.sh`` and ``gptoss_fp4_h100.sh`` both
 ``export VLLM_MXFP4_USE_MARLIN=1`` (vLLM's ``get_mxfp4_backend`` otherwise takes ``triton_kernels``'
 ``matmul_ogs`` on SM90 where that package is installed, as vLLM's images ship it, and Marlin where it is
@@ -53,8 +53,8 @@ experts keep their bare bytes.
 from __future__ import annotations
 
 from simcore.hardware.gpus import get_gpu
-from simcore.serving import get_runtime
-from validation.studies.serving.weight_format import marlin_padding
+from simcore.models.quantization import marlin_padding
+from simcore.serving.runtime import get_runtime
 
 __all__ = ["TRITON_FUSED_MOE_DECODE", "TRITON_MOE_FIELDS", "moe_kernel_fields", "triton_moe_fields",
            "vllm_mxfp4_padding"]
@@ -78,7 +78,7 @@ def triton_moe_fields() -> dict:
 
 def moe_kernel_fields(backend: str, expert_format: str | None, gpu: str) -> dict:
     """Runtime-profile fields for the MoE kernels the runtime runs these experts with (empty: the
-    profile's own). ``expert_format``: the routed experts' 4-bit format (``weight_format.expert_format``),
+    profile's own). ``expert_format``: the routed experts' 4-bit format (:func:`simcore.models.quantization.expert_format`),
     ``None`` for experts that are not 4-bit; ``gpu``: a :data:`simcore.hardware.gpus.GPUS` name.
     TensorRT-LLM with MXFP4 experts on Hopper: the Triton MoE kernels (module doc)."""
     if backend == "trtllm" and expert_format == "mxfp4" and get_gpu(gpu).arch == "hopper":
