@@ -143,7 +143,7 @@ def serve(sc: Scenario, plan: Mapping[str, Any], **serving: Any) -> ServingResul
     fields of the ``serving`` config (``concurrency``, ``isl``, ``osl``, ``runtime``, ``rate``...)."""
     cfg = OmegaConf.merge(sc.config, {"serving": serving}) if serving else sc.config
     ctx = build_serving_context(cfg)
-    scfg = build_serving_config(cfg.serving)
+    scfg = build_serving_config(cfg.serving, model=cfg.model.name)
     return simulate_serving(ctx, plan_from_dict(dict(plan)), scfg, graph=sc.graph if cfg.serving.network else None)
 
 

@@ -1,10 +1,12 @@
-"""``python -m validation.studies.serving.fit --moe``: it recovers the MoE constants a row was made with, and never
-simulates a test-set row."""
+"""``python -m validation.studies.serving.fit``: it recovers the host constants, request path and MoE constants rows
+were made with, and refuses a file holding a test-set row."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
+
+import pytest
 
 from simcore.serving import get_runtime
 from validation.studies.serving import fit as fit_serving
@@ -34,7 +36,7 @@ def test_the_moe_fit_recovers_the_constants_a_row_was_made_with(tmp_path, monkey
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(fit))
         w.writeheader()
-        w.writerows([fit, test])
+        w.writerows([fit])
     monkeypatch.setattr(fit_serving, "GRID_MOE_EFFICIENCY", (1.0, 0.7))
     monkeypatch.setattr(fit_serving, "GRID_MOE_LAYER_S", (0.0, 50e-6))
     seen = []
@@ -47,8 +49,56 @@ def test_the_moe_fit_recovers_the_constants_a_row_was_made_with(tmp_path, monkey
     out = fit_serving.main(["--data", str(path), "--moe", "--runtimes", "sglang"])
     assert (out["sglang"]["moe_memory_efficiency"], out["sglang"]["moe_layer_s"]) == (0.7, 50e-6)
     assert out["sglang"]["median_abs_log_error"] < 1e-9 and out["sglang"]["rows"] == 1
-    assert "1 fit rows used, 1 test rows refused" in capsys.readouterr().out
     assert seen and set(seen) == {"fit"}
+
+
+def test_a_file_holding_a_test_row_is_refused_in_one_line_before_any_simulation(tmp_path, monkeypatch, capsys):
+    """The test set is a report, never a target: the fit does not drop a test row, it refuses the file."""
+    from validation.studies.common.cli import run_script
+
+    fit, test = _rows()
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(fit))
+        w.writeheader()
+        w.writerows([fit, test])
+    monkeypatch.setattr(fit_serving, "record_rows", lambda *a, **k: pytest.fail("simulated a row"))
+    for mode in ([], ["--moe"]):
+        with pytest.raises(SystemExit) as exc:
+            run_script(lambda mode=mode: fit_serving.main(["--data", str(path), "--out", str(tmp_path / "j"), *mode]))
+        err = capsys.readouterr().err.strip()
+        assert exc.value.code == 2 and "1 test row(s)" in err and test["model_path"] in err and "\n" not in err
+
+
+def test_the_host_fit_recovers_the_host_constants_and_request_path_rows_were_made_with(tmp_path):
+    """Two small vLLM (synchronous) fit rows simulated with 4 ms + 20 us per sequence of host time per step
+    and a 30 ms request path: the fit, which simulates each row once and re-times it, finds all three."""
+    made_with = {"step_host_s": 4e-3, "step_host_per_seq_s": 20e-6, "request_s": 30e-3}
+    rows = []
+    for clients, osl in ((2, 16), (24, 24)):
+        row = {**_BASE_FIT, "id": f"c{clients}", "osl": str(osl),
+               "silicon_data_source": f"x; silicon_concurrency={clients}"}
+        case = map_row(row)
+        ttft, tpot, why = simulate_case(case, get_runtime(case.runtime).with_overrides(**made_with))
+        assert not why and case.runtime == "vllm-sync"
+        rows.append(dict(row, silicon_ttft_ms=str(ttft * 1e3), silicon_tpot_ms=str(tpot * 1e3)))
+    path = tmp_path / "rows.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = fit_serving.main(["--data", str(path), "--runtimes", "vllm-sync", "--jobs", "1", "--out", str(tmp_path / "j")])
+    found = out["vllm-sync"]
+    assert (found["step_host_s"], found["step_host_per_seq_s"]) == (4e-3, 20e-6)
+    assert found["median_abs_log_error"] < 1e-9 and found["rows"] == 2
+    # request_s: the fit reads TTFT as simulated without it plus it, which a 30 ms path leaves within a ms or so
+    assert found["request_s"] == 30e-3 and found["ttft_client"] == "any"
+
+
+_BASE_FIT = {"source_url": "x", "backend": "vllm", "backend_version": "0.12.0", "model_path":
+             "nvidia/Llama-3.1-8B-Instruct-FP8", "system": "h200_sxm", "precision": "fp8", "mode": "agg", "isl": "256",
+             "osl": "16", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8", "tp_size": "1", "pp_size": "1",
+             "attention_dp_size": "1", "silicon_ttft_ms": "1", "silicon_tpot_ms": "1"}
 
 
 def test_a_row_count_below_one_is_a_usage_error_naming_the_flag(capsys):

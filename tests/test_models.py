@@ -163,9 +163,11 @@ def test_get_model_by_path_and_case() -> None:
     assert get_model("Mistral-7B") is get_model("mistral-7b")
 
 
-def test_unknown_preset_lists_valid_names() -> None:
+def test_unknown_preset_names_the_closest_or_lists_the_presets() -> None:
+    with pytest.raises(ValueError, match="unknown model 'gpt-oss-121b'.*closest: gpt-oss-120b"):
+        get_model("gpt-oss-121b")
     with pytest.raises(ValueError, match="unknown model") as info:
-        get_model("gpt-5")
+        get_model("zzzz")  # nothing close: every preset is named
     for name in MODEL_NAMES:
         assert name in str(info.value)
 
@@ -294,3 +296,22 @@ def test_catalog_doctests(module_name):
 
     result = doctest.testmod(importlib.import_module(module_name))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_checkpoint_dtype_is_the_configs_weight_type() -> None:
+    """``ModelSpec.checkpoint_dtype``: ``torch_dtype`` (or ``dtype``, nested under ``text_config`` too), unless a
+    ``quantization_config`` says otherwise; a quantization it does not read, or none stated, is ``""``."""
+    assert get_model("qwen3-32b").checkpoint_dtype == "bf16"  # torch_dtype bfloat16
+    assert get_model("llama-2-7b").checkpoint_dtype == "fp16"  # torch_dtype float16
+    assert get_model("deepseek-v3").checkpoint_dtype == "fp8"  # quant_method fp8 over torch_dtype bfloat16
+    assert get_model("gpt-oss-120b").checkpoint_dtype == "mxfp4"  # quant_method mxfp4, no torch_dtype
+    assert get_model("qwen3.5-397b-a17b").checkpoint_dtype == "bf16"  # text_config.dtype
+    base = json.loads((CONFIG_DIR / "qwen3-32b.json").read_text())
+    assert from_hf_config({k: v for k, v in base.items() if k != "torch_dtype"}).checkpoint_dtype == ""
+    assert from_hf_config(base | {"quantization_config": {"quant_method": "awq"}}).checkpoint_dtype == ""
+    int4 = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 4, "group_size": 32}}}}
+    assert from_hf_config(base | {"quantization_config": int4}).checkpoint_dtype == "int4_g32"
+    spec = get_model("deepseek-v3")
+    assert from_hf_config(spec.to_dict()).checkpoint_dtype == "fp8"  # the round trip keeps it
+    with pytest.raises(ValueError, match="checkpoint_dtype"):
+        dataclasses.replace(get_model("qwen3-32b"), checkpoint_dtype="int3")

@@ -49,6 +49,7 @@ def test_the_shipped_group_is_the_studys_simulation_and_a_set_moves_it(tmp_path)
     (["--model", "no-such-model"], "--backend/--model/--mode"),
     (["--data", "/no/such.csv"], "--data"),
     (["--out", "A_FILE"], "--out"),  # a file where the journal's folder goes: had been a traceback
+    (["--split", "test", "--set", "moe_layer_s=1e-5"], "--set with --split test"),  # the test split is no target
 ])
 def test_bad_input_is_one_named_line_and_exit_2(tmp_path, capsys, args, named):
     argv = ["--backend", "trtllm", "--jobs", "1", "--out", str(tmp_path / "journal")] + (["--data", str(_rows(tmp_path, 1))] if "--data" not in args else [])
@@ -134,3 +135,16 @@ def test_each_group_and_each_data_file_has_its_own_journal(tmp_path, monkeypatch
     other.write_text(path.read_text() + "\n")  # the same row, other bytes: another fingerprint
     third = score_serving.main(["--backend", "trtllm", "--data", str(other), "--jobs", "1", "--out", str(out)])
     assert third["groups"][0]["median_signed_tpot_error"] > 10 and len(list(out.iterdir())) == 3
+
+
+def test_explain_refuses_a_candidate_on_the_test_split(capsys):
+    """``explain --split test --set ...``: one line, exit 2, before any row is simulated (the test split is a
+    report, never a target)."""
+    from validation.studies.common.cli import run_script
+    from validation.studies.serving import explain
+
+    with pytest.raises(SystemExit) as exc:
+        run_script(lambda: explain.main(["--split", "test", "--set", "step_host_s=1e-3"]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "--set with --split test" in err and "\n" not in err

@@ -42,8 +42,9 @@ def test_the_layouts_go_fewest_gpus_first_widest_tp_first():
 
 def test_llama_70b_on_h100_takes_the_smallest_tp_whose_kv_holds_the_clients():
     """64 clients of 4096 + 512 tokens: 140 GB of fp8 weights leave no KV on one 80 GB H100; tp2 holds
-    them; 128 clients outgrow tp2 (92 requests of 4608 tokens) and take tp4."""
-    ctx, scfg, plan, why = _pick()
+    them in an FP8 KV cache (vLLM's own default for this checkpoint is BF16: serving.kv_dtype); 128 clients
+    outgrow tp2 (92 requests of 4608 tokens) and take tp4."""
+    ctx, scfg, plan, why = _pick("serving.kv_dtype=fp8")
     rt = scfg.runtime_profile()
     assert kv_capacity_tokens(ctx, runtime_strategy(tp=1), rt) == 0
     tp2 = kv_capacity_tokens(ctx, runtime_strategy(tp=2), rt)
@@ -52,7 +53,8 @@ def test_llama_70b_on_h100_takes_the_smallest_tp_whose_kv_holds_the_clients():
     assert why.startswith("no plan given: simulating one worker of tp2 ep1 pp1 (2 GPUs of 8), the smallest "
                           "aggregated layout whose weights leave KV for 64 clients")
     assert "tp1 ep1 pp1 (1 GPU) leaves no KV cache" in why and "\n" not in why
-    assert _pick("serving.concurrency=128")[2].describe() == "agg 1x(tp4 ep1 pp1, seqs 256)"
+    assert _pick("serving.concurrency=128", "serving.kv_dtype=fp8")[2].describe() == "agg 1x(tp4 ep1 pp1, seqs 256)"
+    assert _pick()[2].describe() == "agg 1x(tp4 ep1 pp1, seqs 256)"  # BF16 KV: 64 clients outgrow tp2
 
 
 def test_deepseek_v3_needs_two_nodes_and_takes_expert_parallelism():

@@ -47,7 +47,8 @@ def test_vllm_blank_attention_dp_is_the_moe_world_over_tp():
 
 @pytest.mark.parametrize("precision", ["fp16", "float16", "bf16"])
 def test_sixteen_bit_precisions_map_to_bf16(precision):
-    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision=precision, tp_size=1))
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision=precision, tp_size=1,
+                        gemm_quant_mode="float16", moe_quant_mode=""))
     assert not case.skip and case.ctx.workload.precision == "bf16"
     assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", precision="int8")).skip == \
         "precision: 'int8' is not modelled"
@@ -377,8 +378,8 @@ def test_gpt_oss_on_tensorrt_llm_prices_its_triton_moe_backend_with_the_triton_k
 def test_the_triton_decode_constants_are_what_the_kernel_fit_chooses_on_the_shipped_timings():
     """TRITON_FUSED_MOE_DECODE is the grid point ``python -m validation.studies.moe.fit_kernels --decode`` picks on
     the shipped fused_moe timings (fit rows only, <= 64 tokens): change the data and this fails."""
-    from validation.studies.moe import fit_kernels as fit_moe_kernels
     from simcore.serving.deployment.moe_kernels import TRITON_FUSED_MOE_DECODE
+    from validation.studies.moe import fit_kernels as fit_moe_kernels
 
     rows = [r for r in fit_moe_kernels.load_rows(fit_moe_kernels._DATA) if r["tokens"] <= 64]
     fit = fit_moe_kernels.fit_decode(rows)
@@ -411,8 +412,8 @@ def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
     """InferenceX launches H100 runs with ``*_h100.sh``: MiniMax-M2.5 on vLLM at 0.90 of the GPU's memory
     (0.95 on H200), gpt-oss on vLLM as on H200; for a runtime and model with no H100 script (DeepSeek on
     SGLang or TensorRT-LLM, gpt-oss on TensorRT-LLM, GLM-5, Qwen3.5) no H200 flag carries over."""
-    from validation.studies.serving.launch import launch_flags, launch_model_fields, requests_per_client
     from simcore.serving.deployment.moe_kernels import triton_moe_fields
+    from validation.studies.serving.launch import launch_flags, launch_model_fields, requests_per_client
 
     def launch(system, **kw):
         case = map_row(_harness_row(system, **kw))
@@ -426,7 +427,7 @@ def test_an_h100_row_takes_the_flags_of_the_h100_script_that_ran_it():
     gpt_oss = {"model_path": "openai/gpt-oss-120b", "precision": "fp4", "tp_size": 2, "moe_tp_size": 2,
                "moe_ep_size": 1}
     assert launch("h100_sxm", **gpt_oss).launch == launch("h200_sxm", **gpt_oss).launch != {}
-    # no H100 script: only the runtime's own MoE kernels for MXFP4 on Hopper (simcore.serving.deployment.moe_kernels), no H200 flag
+    # no H100 script: only the runtime's own MoE kernels for MXFP4 on Hopper (deployment.moe_kernels), no H200 flag
     assert launch("h100_sxm", **gpt_oss, backend="trtllm").launch == triton_moe_fields()
     assert launch_flags("trtllm", "gpt-oss-120b", 1024, 1024, 16, tp=4, system="h200_sxm") != {}
     for backend in ("sglang", "trtllm"):
@@ -519,3 +520,99 @@ def test_every_shipped_row_relabelled_h100_maps_and_holds_less_kv_cache():
             none_left += kv_b <= 0
     assert smaller > 700 and 0 < none_left < smaller and reread < 100
 
+
+
+# ----------------------------------------------------------------- coverage of the format (mapping)
+_SIXTEEN = {"precision": "", "gemm_quant_mode": "", "moe_quant_mode": "", "tp_size": 1}
+
+
+@pytest.mark.parametrize(("model", "precision", "expert_bytes"), [
+    ("Qwen/Qwen3-32B", "bf16", 0.0),  # config.json torch_dtype bfloat16
+    ("meta-llama/Llama-3.1-8B-Instruct", "bf16", 0.0),
+    ("Qwen/Qwen3-32B-FP8", "fp8", 0.0),  # the id names an FP8 checkpoint
+    ("RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic", "fp8", 0.0),
+    ("deepseek-ai/DeepSeek-R1", "fp8", 0.0),  # quantization_config fp8 over torch_dtype bfloat16
+    ("openai/gpt-oss-120b", "bf16", 0.53125),  # MXFP4 experts, weight-only on Hopper
+])
+def test_a_blank_precision_is_the_checkpoints_own_dtype(model, precision, expert_bytes):
+    tp = 8 if "DeepSeek" in model else 4 if "70B" in model or "gpt-oss" in model else 1
+    row = _row(model_path=model, backend="sglang", **{**_SIXTEEN, "tp_size": tp},
+               **({"moe_tp_size": tp, "moe_ep_size": 1} if "DeepSeek" in model or "gpt-oss" in model else {}))
+    case = map_row(row)
+    assert not case.skip, case.skip
+    assert case.ctx.workload.precision == precision
+    assert case.ctx.workload.expert_weight_bytes == pytest.approx(expert_bytes) or not expert_bytes
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"precision": "", "gemm_quant_mode": "fp8"}, "gemm_quant_mode: 'fp8' is not modelled with bf16 weights "
+                                                  "(precision blank: the checkpoint's own)"),
+    ({"precision": "fp8", "gemm_quant_mode": "sq"}, "gemm_quant_mode: 'sq' is not modelled with fp8 weights"),
+    ({"precision": "fp8", "gemm_quant_mode": "int8_wo"}, "gemm_quant_mode: 'int8_wo'"),
+    ({"precision": "bf16", "gemm_quant_mode": "fp8"}, "gemm_quant_mode: 'fp8' is not modelled with bf16 weights"),
+    ({"precision": "int8"}, "precision: 'int8' is not modelled"),
+    ({"backend_version": "nightly"}, "backend_version: 'nightly' is not a vLLM release the model knows"),
+])
+def test_a_precision_quantization_or_version_the_model_does_not_know_is_skipped_naming_it(change, reason):
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, **change))
+    assert case.skip.startswith(reason) and "\n" not in case.skip
+
+
+def test_an_moe_quant_mode_the_model_does_not_price_is_skipped_and_a_known_one_is_read():
+    assert map_row(_qwen_moe(tp_size=4, moe_tp_size=4, moe_ep_size=1, moe_quant_mode="w4afp8")).skip.startswith(
+        "moe_quant_mode: 'w4afp8' is not modelled with fp8 weights")
+    assert not map_row(_qwen_moe(tp_size=4, moe_tp_size=4, moe_ep_size=1, moe_quant_mode="fp8_block")).skip
+    # a dense model's rows carry an MoE label the model never reads
+    assert not map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, moe_quant_mode="w4afp8")).skip
+
+
+def test_a_preset_without_a_stated_dtype_and_a_blank_precision_is_skipped(monkeypatch):
+    import dataclasses
+
+    from validation.studies.serving import mapping
+
+    real = mapping.get_model
+    monkeypatch.setattr(mapping, "get_model", lambda name: dataclasses.replace(real(name), checkpoint_dtype=""))
+    case = map_row(_row(model_path="Qwen/Qwen3-32B", **_SIXTEEN))
+    assert case.skip.startswith("precision: blank, and neither the id 'Qwen/Qwen3-32B' nor preset qwen3-32b")
+
+
+def test_runtime_labels_that_name_no_release_are_read_only_where_the_mapping_ignores_them():
+    """SGLang's and TensorRT-LLM's profiles price every release alike (the sample's ``glm5-hopper``,
+    ``gpt-oss-dev`` builds); vLLM's release picks its profile, so a label naming none is skipped."""
+    assert not map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, backend="sglang",
+                            backend_version="glm5-hopper")).skip
+    assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, backend_version="")).runtime \
+        == "vllm-sync"
+
+
+def test_a_row_without_silicon_concurrency_runs_its_batch_and_says_so():
+    no_clients = {"silicon_data_source": "source_file=sweep.csv"}
+    case = map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, batch_size=16, **no_clients))
+    assert not case.skip and case.concurrency == 16 and case.notes == ("concurrency_from_batch",)
+    # batch_size is per attention-DP rank: 2 ranks of 8 run 16 sequences
+    case = map_row(_qwen_moe(tp_size=2, attention_dp_size=2, moe_tp_size=1, moe_ep_size=4, batch_size=8, **no_clients))
+    assert not case.skip and case.concurrency == 16 == case.plan.pool.max_num_seqs
+    assert map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, batch_size="", **no_clients)).skip \
+        == "silicon_data_source: no silicon_concurrency=N, and no batch_size to read the clients from"
+    assert not map_row(_row(model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1)).notes  # counted: no note
+
+
+def test_a_disaggregated_row_without_clients_keeps_its_worker_reason_first():
+    row = _row(model_path="deepseek-ai/DeepSeek-R1", mode="disagg", backend="trtllm", batch_size="",
+               silicon_data_source="source_file=sweep.csv",
+               **{f"{p}_{k}": v for p in ("prefill", "decode") for k, v in
+                  (("tp_size", 8), ("pp_size", 1), ("attention_dp_size", 1), ("moe_tp_size", 1), ("moe_ep_size", 8),
+                   ("batch_size", 8))})
+    assert map_row(row).skip.startswith("layout: a disaggregated row without worker counts")
+    row.update(prefill_num_workers="1", decode_num_workers="1")
+    assert map_row(row).skip.startswith("silicon_data_source: no silicon_concurrency=N (a disaggregated row")
+
+
+def test_the_study_writes_the_batch_concurrency_note(tmp_path):
+    row = _row(id="b", model_path="meta-llama/Llama-3.1-8B-Instruct", tp_size=1, attention_dp_size=1, batch_size=2,
+               silicon_data_source="source_file=sweep.csv", isl=128, osl=8)
+    summary = run(_write(tmp_path / "in.csv", [row]), tmp_path / "out", SimpleNamespace(jobs=1))
+    out = list(csv.DictReader((tmp_path / "out" / "rows.csv").open()))
+    assert out[0]["notes"] == "concurrency_from_batch" and out[0]["clients"] == "2" and not out[0]["skipped_reason"]
+    assert summary["concurrency_from_batch"] == 1

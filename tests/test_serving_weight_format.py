@@ -4,16 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from simcore.serving import get_runtime, runtime_strategy
-from simcore.serving.step_cost import GroupBatch, StepCost
-from validation.studies.serving.mapping import map_row
-from simcore.serving.deployment.moe_kernels import vllm_mxfp4_padding
 from simcore.models.quantization import (
     CHECKPOINT_FORMAT,
     FORMAT_BYTES,
     expert_weight_bytes,
     marlin_padding,
 )
+from simcore.serving import get_runtime, runtime_strategy
+from simcore.serving.deployment.moe_kernels import vllm_mxfp4_padding
+from simcore.serving.step_cost import GroupBatch, StepCost
+from validation.studies.serving.mapping import map_row
 
 _ROW = {"source_url": "x", "id": "row", "backend": "vllm", "backend_version": "0.16.0", "system": "h200_sxm",
         "mode": "agg", "isl": "1024", "osl": "1024", "batch_size": "4", "pp_size": "1", "tp_size": "8",

@@ -196,7 +196,8 @@ def _print_result(con, title: str, ctx, plan, scfg, result, slo: dict) -> dict:
     con.print("SLOs: " + ("met (mean TTFT and TPOT)" if not misses else "missed: " + "; ".join(misses)))
     if plan.mode == "seesaw":
         con.print(f"seesaw: {result.switches} layout switches, {result.reshard_s * 1e3:,.1f} ms re-sharding")
-    steps = decode_step_breakdowns(ctx, plan, plan.runtime_for(scfg.runtime_profile()), result)
+    deployed_ctx, runtime = scfg.deployment.deployed(ctx, plan, plan.runtime_for(scfg.runtime_profile()))
+    steps = decode_step_breakdowns(deployed_ctx, plan, runtime, result)  # as simulated: kernels, padding
     if steps:
         con.print(_breakdown_table("the run's mean decode step", steps, result.pool_stats, plan.mode))
     return steps
@@ -218,7 +219,7 @@ def run_serving_sim(cfg) -> dict:
     """``shard-sim workload=serving``: simulate one plan (the given one, else :func:`default_plan`'s), print
     its latencies, write ``result.json`` and ``trace.json``."""
 
-    scfg = build_serving_config(cfg.serving)
+    scfg = build_serving_config(cfg.serving, model=cfg.model.name)
     ctx = build_serving_context(cfg)
     trace = _trace(cfg)
     given = _given_plan(cfg)
@@ -253,7 +254,11 @@ def run_serving_sim(cfg) -> dict:
                "serving": {"arrival": scfg.arrival, "concurrency": scfg.concurrency, "rate": scfg.rate,
                            "num_requests": scfg.num_requests, "runtime": scfg.runtime, "isl": cfg.serving.isl,
                            "osl": cfg.serving.osl, "slo": slo, "spec_tokens": spec.spec_tokens,
-                           "spec_accept": list(spec.spec_accept[:spec.spec_tokens])},
+                           "spec_accept": list(spec.spec_accept[:spec.spec_tokens]),
+                           # the deployment as simulated: the release's profile, the formats
+                           "runtime_profile": spec.name, "runtime_version": scfg.deployment.runtime_version,
+                           "expert_format": scfg.deployment.expert_format,
+                           "kv_dtype": ctx.workload.kv_precision or ctx.workload.precision},
                "memory": memory, "result": result.to_dict(), "mean_decode_step": {r: b.to_ms_dict() for r, b in steps.items()}}
     atomic_write_json(out / "result.json", payload)
     size = write_serving_trace(out / "trace.json", trace).stat().st_size

@@ -249,7 +249,7 @@ def run_serving_search(cfg) -> dict:
     """Search, sweep the loads, print the tables, write every output; return the summary."""
     started = time.perf_counter()
     s, search, con = cfg.serving, cfg.serving.search, console()
-    scfg, ctx = build_serving_config(s), build_serving_context(cfg)
+    scfg, ctx = build_serving_config(s, model=cfg.model.name), build_serving_context(cfg)
     graph = build_graph(cfg.topology, cfg.hardware) if s.network else None
     resume_dir = cfg.get("resume")
     out = Path(resume_dir) if resume_dir else run_dir()

@@ -7,6 +7,7 @@ plan and ``shard-search`` (:mod:`planner.apps.serving_search`) searches plans. A
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 from planner.errors import UserError
 from simcore.config import build_engine_config, build_workload, slo_seconds
 from simcore.cost.lowering import CostContext
+from simcore.models.quantization import EXPERT_FORMATS, checkpoint_expert_format
 from simcore.serving import (
     LengthDist,
     Pool,
@@ -26,6 +28,7 @@ from simcore.serving import (
     read_trace,
     runtime_strategy,
 )
+from simcore.serving.deployment import Deployment, LaunchFlags
 from topologies.scenario import build_cluster, model_of
 
 __all__ = ["PoolConfig", "ServingPlanConfig", "ServingSearchConfig", "ServingAppConfig", "build_serving_config",
@@ -120,6 +123,54 @@ class ServingAppConfig:
     osl_std: float = 0.0
     runtime: str = "vllm"
     mem_fraction: float | None = None
+    #: the runtime's release, ``0.12.0`` (null: the profile as it is, today's defaults); it picks what that
+    #: release does by default (simcore.serving.deployment.versions): vLLM before 0.14 runs its host step
+    #: synchronously (profile ``vllm-sync``), vLLM 0.12-0.14 pads FP8 experts' rows to DeepGEMM's block, and
+    #: the KV cache's type without a flag (serving.kv_dtype)
+    runtime_version: str | None = None
+    #: the routed experts' storage format: ``mxfp4``, ``nvfp4``, ``int4_g32``, ``int4_g128`` (weight-only
+    #: 4-bit with their block scales), ``fp8``, ``bf16`` (simcore.models.quantization.EXPERT_FORMATS); null:
+    #: the checkpoint's 4-bit format where the model's published id or config.json (quantization_config)
+    #: declares one (gpt-oss MXFP4, Kimi-K2.5 INT4), else the experts at workload.precision. On Hopper the
+    #: runtimes run 4-bit experts weight-only with BF16 GEMMs: set workload.precision=bf16 with them
+    expert_format: str | None = None
+    #: the KV cache's element type, ``bf16`` | ``fp8`` (the runtime's --kv-cache-dtype); null:
+    #: workload.kv_precision where set, else what the runtime at serving.runtime_version picks for this
+    #: checkpoint (simcore.serving.deployment.kv_dtype: BF16 but for NVIDIA's ModelOpt FP8 checkpoints)
+    kv_dtype: str | None = None
+    #: the MoE GEMM kernels: null, the runtime's choice for the experts' format on the GPU (TensorRT-LLM
+    #: runs MXFP4 experts on Hopper with its Triton backend; simcore.serving.deployment.moe_kernels);
+    #: ``triton``: Triton's MoE kernels (TensorRT-LLM ``moe_config.backend: TRITON``); ``profile``: the
+    #: runtime profile's own MoE constants, whatever the format
+    moe_backend: str | None = None
+    #: the launch flags (null: the runtime profile's value; simcore.serving.deployment.flags): the tokens
+    #: one step may carry, also the prefill chunk (vLLM --max-num-batched-tokens, SGLang
+    #: --chunked-prefill-size, TensorRT-LLM max_num_tokens)
+    max_num_batched_tokens: int | None = None
+    #: the largest step, in tokens, replayed from a CUDA graph (vLLM max-cudagraph-capture-size, SGLang
+    #: --cuda-graph-max-bs, TensorRT-LLM cuda_graph_config.max_batch_size)
+    cuda_graph_max_bs: int | None = None
+    #: the host's step overlapped with the GPU's previous one (vLLM --async-scheduling, its default from 0.14;
+    #: SGLang's and TensorRT-LLM's overlap schedulers, on by default)
+    async_scheduling: bool | None = None
+    #: vLLM's DeepGEMM MoE path for FP8 experts, their rows padded to 128 per local expert (null: the
+    #: release's default: on in 0.12-0.14 unless the experts split 8 ways by TP)
+    deep_gemm_moe: bool | None = None
+    #: TensorRT-LLM's batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio)
+    batch_wait_timeout_iters: int | None = None
+    batch_wait_max_tokens_ratio: float | None = None
+    #: TensorRT-LLM's attention_dp_config (enable_balance, timeout_iters, batching_wait_iters)
+    attention_dp_balance: bool | None = None
+    attention_dp_timeout_iters: int | None = None
+    attention_dp_batching_wait_iters: int | None = None
+    #: the expert-parallel dispatch and combine (SGLang --moe-a2a-backend): ``none`` (NCCL) | ``deepep``
+    moe_a2a_backend: str | None = None
+    #: the recurrent state's type of linear-attention layers (--mamba-ssm-dtype): ``bf16`` | ``fp32``;
+    #: null: the model config's
+    mamba_ssm_dtype: str | None = None
+    #: lengths drawn uniformly over the integers [floor(range_ratio * isl), isl] (and osl's alike), as
+    #: InferenceX's benchmark_serving.py --random-range-ratio; null: serving.isl_std / osl_std decide
+    range_ratio: float | None = None
     spec_tokens: int = 0
     spec_accept: list[float] | None = None
     ttft_slo_ms: float | None = None
@@ -144,6 +195,40 @@ def _length(mean, std: float, name: str):
     return LengthDist("lognormal" if std > 0 else "fixed", mean=float(mean), std=float(std), name=name)
 
 
+#: the launch flags of the schema (simcore.serving.deployment.LaunchFlags), each a ``serving.*`` field
+LAUNCH_FLAGS = tuple(f.name for f in dataclasses.fields(LaunchFlags))
+
+
+def _deployment(s, model: str | None) -> Deployment:
+    """The :class:`~simcore.serving.deployment.Deployment` of a ``serving`` node: its release, the experts'
+    format (``null``: the checkpoint's 4-bit one of ``model``, a name, published id or config.json path),
+    MoE backend and launch flags."""
+    fmt = s.get("expert_format")
+    if fmt is None and model is not None:
+        fmt = checkpoint_expert_format(str(model))
+    version = s.get("runtime_version")
+    flags = LaunchFlags(**{name: s.get(name) for name in LAUNCH_FLAGS})
+    return Deployment(runtime_version=None if version is None else str(version),
+                      expert_format=None if fmt is None else str(fmt), moe_backend=s.get("moe_backend"), flags=flags)
+
+
+def _lengths(s) -> tuple:
+    """The prompt and output length draws: ``serving.range_ratio``'s uniform ranges, else ``*_std``'s."""
+    ratio = s.get("range_ratio")
+    if ratio is None:
+        return _length(s.isl, float(s.isl_std), "serving.isl"), _length(s.osl, float(s.osl_std), "serving.osl")
+    if not 0 < float(ratio) <= 1:
+        raise UserError(f"serving.range_ratio must be in (0, 1] (or null), got {ratio!r}")
+    if float(s.isl_std) or float(s.osl_std):
+        raise UserError("serving.range_ratio: set together with serving.isl_std / osl_std; set one of them")
+    out = []
+    for name, length in (("serving.isl", s.isl), ("serving.osl", s.osl)):
+        _length(length, 0.0, name)
+        low = max(int(float(ratio) * length), 1)
+        out.append(LengthDist(kind="uniform", mean=(low + length) / 2, low=low, high=length, name=name))
+    return tuple(out)
+
+
 def _spec_tokens(v) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise UserError(f"serving.spec_tokens must be an integer >= 0, got {v!r}")
@@ -157,9 +242,11 @@ def _spec_accept(v) -> tuple[float, ...]:
         raise UserError(f"serving.spec_accept must be a list of rates in [0, 1], got {v!r}") from None
 
 
-def build_serving_config(s, load: float = 1.0):
+def build_serving_config(s, load: float = 1.0, model: str | None = None):
     """The :class:`~simcore.serving.ServingConfig` of a composed ``serving`` node, its concurrency or
-    rate scaled by ``load``; a bad field raises :class:`UserError` naming it (the trace is read here)."""
+    rate scaled by ``load``; ``model``: the ``model.name`` served, whose checkpoint says its experts' format
+    where ``serving.expert_format`` is null; a bad field raises :class:`UserError` naming it (the trace is
+    read here)."""
 
     if s.trace and s.rate is not None:  # the trace's own arrival times would silently replace the rate
         raise UserError(f"serving.rate: {s.rate!r} set together with serving.trace, whose rows carry their own "
@@ -174,10 +261,11 @@ def build_serving_config(s, load: float = 1.0):
         concurrency = max(int(round(int(s.concurrency) * load)), 1) if int(s.concurrency) >= 1 else int(s.concurrency)
         rate = float(s.rate) * load if s.rate is not None else 0.0
         n = int(s.num_requests) if s.num_requests is not None else int(n_default)
+        input_len, output_len = _lengths(s)
         return ServingConfig(arrival=arrival, concurrency=concurrency, rate=rate,
                              trace=None if not s.trace else str(s.trace), num_requests=n,
-                             input_len=_length(s.isl, float(s.isl_std), "serving.isl"),
-                             output_len=_length(s.osl, float(s.osl_std), "serving.osl"), runtime=str(s.runtime),
+                             input_len=input_len, output_len=output_len, runtime=str(s.runtime),
+                             deployment=_deployment(s, model),
                              mem_fraction=None if s.get("mem_fraction") is None else float(s.mem_fraction),
                              spec_tokens=_spec_tokens(s.get("spec_tokens", 0)),
                              spec_accept=None if s.get("spec_accept") is None else _spec_accept(s.spec_accept),
@@ -199,12 +287,42 @@ def build_serving_context(cfg):
                                                              "tpot_slo_ms": None}))
     routing = build_engine_config(cfg.sim).routing if "sim" in cfg else None
     model = model_of(cfg.model)
+    model, workload = _deployed_model(s, str(cfg.model.name), model, workload)
     window = model.max_position_embeddings  # the runtimes' default max_model_len; 0: not in the config
     if window and int(s.isl) + int(s.osl) > window:
         raise UserError(f"serving.isl + serving.osl: {int(s.isl)} + {int(s.osl)} tokens exceed {model.name}'s "
                         f"context window of {window} (max_position_embeddings), which a runtime would refuse")
     return CostContext(model=model, workload=workload,
                        cluster=build_cluster(cfg.topology, cfg.hardware), routing=routing)
+
+
+def _deployed_model(s, name: str, model, workload):
+    """The model and workload under the node's deployment: the linear-attention state's type
+    (``serving.mamba_ssm_dtype``), the experts' bytes in their format (``serving.expert_format``, null: the
+    checkpoint's), the KV cache's type (``serving.kv_dtype``, null: ``workload.kv_precision`` or the
+    runtime's default at its release)."""
+    try:
+        deployment = _deployment(s, name)
+        model = dataclasses.replace(model, **deployment.flags.model_fields(model))
+        fmt = deployment.expert_format if model.is_moe or s.get("expert_format") is not None else None
+        if fmt is not None and not model.is_moe:
+            raise UserError(f"serving.expert_format: model {model.name} has no routed experts")
+        expert = None if fmt is None or fmt == workload.precision else EXPERT_FORMATS[fmt]
+        kv = s.get("kv_dtype")
+        if kv is not None and workload.kv_precision is not None and kv != workload.kv_precision:
+            raise UserError(f"serving.kv_dtype: {kv!r} differs from workload.kv_precision "
+                            f"{workload.kv_precision!r}; set one of them")
+        if kv is None:
+            scheduler = deployment.runtime_profile(str(s.runtime)).scheduler
+            kv = workload.kv_precision or deployment.kv_dtype(scheduler, name, workload.precision)
+        return model, dataclasses.replace(workload, expert_weight_bytes=expert, kv_precision=str(kv))
+    except (ServingInputError, ValueError) as exc:
+        if isinstance(exc, UserError):
+            raise
+        message = str(exc)  # the Workload's check of a value the serving field set names that field
+        if s.get("kv_dtype") is not None:
+            message = message.replace("workload.kv_precision", "serving.kv_dtype", 1)
+        raise UserError(message.replace("workload.expert_weight_bytes", "serving.expert_format", 1)) from None
 
 
 def _pool(d: dict, role: str):

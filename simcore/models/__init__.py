@@ -7,6 +7,8 @@
   the ``config.json`` readers, one per family;
 - :mod:`simcore.models.linear_attention`, :mod:`simcore.models.sparse_attention`: Gated DeltaNet and
   DeepSeek sparse attention (parameters, state, kernel costs);
+- :mod:`simcore.models.quantization`: weight formats (4-bit experts' bytes with their block scales, a
+  checkpoint's expert format, Marlin's MXFP4 padding);
 - ``configs/``: the shipped presets.
 """
 

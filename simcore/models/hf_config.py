@@ -41,7 +41,36 @@ __all__ = ["ModelConfigError", "from_hf_config", "REJECTED", "SPEC_TYPE"]
 
 def _common(r: Reader) -> dict[str, Any]:
     return {"published_params": r.number("_published_params", 0.0),
-            "max_position_embeddings": r.int("max_position_embeddings", "n_positions", default=0, minimum=0)}
+            "max_position_embeddings": r.int("max_position_embeddings", "n_positions", default=0, minimum=0),
+            "checkpoint_dtype": _checkpoint_dtype(r)}
+
+
+#: ``torch_dtype`` (``dtype`` in newer configs) -> :attr:`ModelSpec.checkpoint_dtype`
+_TORCH_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _checkpoint_dtype(r: Reader) -> str:
+    """The checkpoint's weight type (:attr:`ModelSpec.checkpoint_dtype`): its ``quantization_config``'s where
+    it has one (``quant_method: fp8`` and ModelOpt ``quant_algo: FP8``: ``fp8``; ``mxfp4``; ModelOpt
+    ``NVFP4``; compressed-tensors 4-bit weight groups of 32 or 128, or 8-bit float weights), else its
+    ``torch_dtype``; ``""`` where neither says (a quantization not listed here is not read as the dtype)."""
+    r.ignore("quantization_config", "torch_dtype", "dtype")
+    quant = r.cfg.get("quantization_config")
+    if isinstance(quant, Mapping) and quant:
+        method, algo = str(quant.get("quant_method", "")).lower(), str(quant.get("quant_algo", "")).upper()
+        if method in ("fp8", "mxfp4"):
+            return method
+        if algo in ("FP8", "NVFP4"):
+            return algo.lower()
+        if method == "compressed-tensors":
+            for group in (quant.get("config_groups") or {}).values():
+                weights = (group or {}).get("weights") or {}
+                if weights.get("num_bits") == 4 and weights.get("group_size") in (32, 128):
+                    return f"int4_g{weights['group_size']}"
+                if weights.get("num_bits") == 8 and weights.get("type") == "float":
+                    return "fp8"
+        return ""
+    return _TORCH_DTYPES.get(str(r.cfg.get("torch_dtype") or r.cfg.get("dtype") or ""), "")
 
 
 
@@ -152,7 +181,9 @@ def _text_model(cfg: Mapping[str, Any], reader: Reader) -> Mapping[str, Any]:
     if not isinstance(inner, Mapping) or cfg.get("num_hidden_layers") is not None:
         return cfg
     kind = {"model_type": outer} if outer is not None and inner.get("model_type") is None else {}
-    return {**inner, **kind, **{k: v for k, v in cfg.items() if k.startswith("_")}}
+    # the checkpoint's weight type, where only the outer config states it (Kimi-K2.5's quantization_config)
+    weights = {k: cfg[k] for k in ("quantization_config", "torch_dtype", "dtype") if k in cfg and k not in inner}
+    return {**inner, **kind, **weights, **{k: v for k, v in cfg.items() if k.startswith("_")}}
 
 
 def from_hf_config(source: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None):

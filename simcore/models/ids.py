@@ -57,7 +57,10 @@ _SAME_SHAPE = {
                          "meta-llama/Llama-4-Maverick-17B-128E-Instruct-FP8"),
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
     "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
-    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    # nvidia/...-FP8: NVIDIA's ModelOpt FP8 checkpoint, the serving sample's (its KV cache FP8 by default:
+    # simcore.serving.deployment.kv_dtype)
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                     "nvidia/Llama-3.1-8B-Instruct-FP8"),
     "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct",
                       "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"),
     "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B-Instruct-2507", "Qwen/Qwen3-30B-A3B-Thinking-2507", "Qwen/Qwen3-30B-A3B-FP8"),

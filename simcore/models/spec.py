@@ -33,7 +33,7 @@ from simcore.models import linear_attention as gdn
 from simcore.models import sparse_attention as dsa
 from simcore.models.reader import SPEC_TYPE
 
-__all__ = ["ModelSpec"]
+__all__ = ["ModelSpec", "CHECKPOINT_DTYPES"]
 
 _POSITIVE = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size", "vocab_size",
              "moe_layer_freq")
@@ -42,6 +42,8 @@ _NON_NEGATIVE = ("num_experts", "top_k", "num_shared_experts", "expert_ffn_size"
                  "published_params", "norms_per_layer", "max_position_embeddings", "sliding_window",
                  "index_topk", "index_n_heads", "index_head_dim")
 _QK_NORMS = ("none", "head", "layer")
+#: values of :attr:`ModelSpec.checkpoint_dtype` (``""``: not stated)
+CHECKPOINT_DTYPES = ("", "bf16", "fp16", "fp32", "fp8", "mxfp4", "nvfp4", "int4_g32", "int4_g128")
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,12 @@ class ModelSpec:
     index_topk: int = 0  # DeepSeek sparse attention: cached tokens each query attends to; 0 = dense
     index_n_heads: int = 0  # ... its lightning indexer's heads
     index_head_dim: int = 0  # ... and their size (one index key of this size per cached token)
+    #: the checkpoint's own weight type, as its config.json states it (``torch_dtype`` / ``dtype``, or its
+    #: ``quantization_config``): ``bf16``, ``fp16``, ``fp32``, ``fp8``, a 4-bit expert format (``mxfp4``,
+    #: ``nvfp4``, ``int4_g32``, ``int4_g128``), or ``""`` where the config states none or one not read here.
+    #: What a deployment that names no precision serves; the cost model never reads it, so two specs of one
+    #: shape compare equal whatever it says.
+    checkpoint_dtype: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -125,6 +133,8 @@ class ModelSpec:
         self._check("dense_first_layers", self.dense_first_layers <= self.num_layers,
                     f"must be <= num_layers={self.num_layers}")
         self._check("qk_norm", self.qk_norm in _QK_NORMS, f"must be one of {', '.join(_QK_NORMS)}")
+        self._check("checkpoint_dtype", self.checkpoint_dtype in CHECKPOINT_DTYPES,
+                    f"must be one of {', '.join(repr(d) for d in CHECKPOINT_DTYPES)}")
         self._check("qkv_bias", not (self.qkv_bias and self.attention_bias),
                     "and attention_bias must not both be set (attention_bias covers q/k/v/o)")
         for field in ("moe_layers", "window_layers", "linear_layers"):

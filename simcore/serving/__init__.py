@@ -7,6 +7,7 @@ inter-token and end-to-end latency statistics, throughput and goodput (:class:`S
 
 - :mod:`.requests`: requests, length distributions, trace files
 - :mod:`.runtime`: vLLM / SGLang / TensorRT-LLM profiles (host cost per step, graphs, budgets)
+- :mod:`.deployment`: a deployment's release, weight and KV formats and launch flags, and what each sets
 - :mod:`.step_cost`: one step's GPU time from the shared lowering (memoized, exact)
 - :mod:`.breakdown`: where one step's time goes (attention, GEMMs, experts, communication, host)
 - :mod:`.kvcache`: KV capacity from the memory model and block accounting

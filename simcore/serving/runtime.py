@@ -140,7 +140,8 @@ A profile holds few physical numbers, each with its source:
   (vllm-project/recipes PR #112); vLLM turned it off by default at TP 8 (PR #29346) and users report
   v0.12-v0.14 slower than v0.11 on FP8 MoE models with it (vllm-project/llm-compressor issue #2292). No
   profile carries it: the study sets 128 on the rows whose vLLM version and layout take that path
-  (:mod:`validation.studies.serving.mapping`); a caller sets it with :meth:`RuntimeProfile.with_overrides`.
+  (:mod:`simcore.serving.deployment.versions`; ``serving.runtime_version`` / ``serving.deep_gemm_moe`` of
+  ``shard-sim workload=serving``); a caller sets it with :meth:`RuntimeProfile.with_overrides`.
 - ``attention_dp_balance``, ``attention_dp_timeout_iters``, ``attention_dp_batching_wait_iters``:
   TensorRT-LLM's attention-DP balancing (``attention_dp_config``: ``enable_balance`` off,
   ``timeout_iters`` 50, ``batching_wait_iters`` 10 by default), for workers with attention DP: context
@@ -356,7 +357,7 @@ class RuntimeProfile:
 # 25 us (0.057; 75 us scores 0.119 now: it had carried part of the slower prefill in vLLM's mixed steps), SGLang
 # 1.0 and 75 us unchanged (0.065), request_s unchanged (vLLM 45 ms, SGLang 130 ms).
 # These fits priced every FP8 row's KV cache in FP8. With the KV type each row's launch used
-# (validation/studies/serving/kv_dtype.py: BF16 for most vLLM and SGLang rows), SGLang's admission headroom
+# (simcore/serving/deployment/kv_dtype.py: BF16 for most vLLM and SGLang rows), SGLang's admission headroom
 # and static memory pool, the host constants were refitted (`--runtimes vllm-sync --rows 24`, ~60 min;
 # `--runtimes sglang --rows 24`, one pass, which had converged): vLLM step_host_s 4 ms (unchanged),
 # step_host_per_seq_s 0 -> 10 us, custom_ar_s 6 -> 3 us (median |log error| of TPOT 0.102 -> 0.082 on its

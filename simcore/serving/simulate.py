@@ -39,10 +39,11 @@ import simpy
 
 from simcore.cost.lowering import CostContext
 from simcore.serving.cluster import PoolCluster, RequestIntake, shape_error
+from simcore.serving.deployment import Deployment
 from simcore.serving.metrics import ServingMetrics, summarize
 from simcore.serving.plan import ServingPlan
 from simcore.serving.requests import LengthDist, Request, ServingInputError, read_trace
-from simcore.serving.runtime import RuntimeProfile, get_runtime
+from simcore.serving.runtime import RuntimeProfile
 from simcore.serving.seesaw import SeesawCluster
 from simcore.serving.speculative import check_accept
 from simcore.serving.step_cost import GroupBatch
@@ -73,6 +74,10 @@ class ServingConfig:
     #: conditional acceptance of each draft position (``None``: aiconfigurator's default rates)
     spec_tokens: int = 0
     spec_accept: tuple[float, ...] | None = None
+    #: the runtime's release, the experts' format and the launch flags (:mod:`.deployment`; the default
+    #: changes nothing): the profile of ``runtime`` at that release with those flags, and for each plan
+    #: its MoE kernels, its release's defaults for the layout and the experts' padding
+    deployment: Deployment = field(default_factory=Deployment)
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     seed: int = 0
@@ -103,8 +108,9 @@ class ServingConfig:
         self.runtime_profile()
 
     def runtime_profile(self) -> RuntimeProfile:
-        """The profile of ``runtime`` with this run's memory fraction and speculative decoding, if it sets them."""
-        profile = get_runtime(self.runtime)
+        """The profile of ``runtime`` at the deployment's release with its launch flags, and with this run's
+        memory fraction and speculative decoding, if it sets them."""
+        profile = self.deployment.runtime_profile(self.runtime)
         if self.mem_fraction is not None:
             profile = profile.with_overrides(mem_fraction=self.mem_fraction)
         if self.spec_tokens or self.spec_accept is not None:
@@ -262,6 +268,10 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
 
     start = time.perf_counter()
     runtime = plan.runtime_for(runtime or cfg.runtime_profile())
+    try:
+        ctx, runtime = cfg.deployment.deployed(ctx, plan, runtime)  # the plan's MoE kernels, defaults, padding
+    except ServingInputError as exc:
+        return ServingResult(plan, None, False, str(exc), wall_s=time.perf_counter() - start)
     rng = np.random.default_rng(cfg.seed)
     env = simpy.Environment()
     clients = _Clients(env, cfg, [Request(i, a, isl, osl) for i, (a, isl, osl) in enumerate(_requests(cfg, rng))])

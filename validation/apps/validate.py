@@ -34,7 +34,9 @@ class StudyConfig:
     Collectives only: ``harness`` that measured the rows (``auto`` reads it from each row's setting
     and note; ``nccl-tests``, ``xla``, ``torch`` force one). Fidelity only: ``strategies`` per scenario, ``scenarios`` (``null`` = its defaults), ``quick``.
     Serving only: ``jobs``, worker processes over its rows (``null`` = one per CPU core; the results do not
-    depend on it: every row is its own seeded simulation). Kernels only: ``gpu``, the catalog GPU the
+    depend on it: every row is its own seeded simulation); ``cross_validate``, run leave-one-group-out over
+    the fit rows instead (each (model, runtime) group predicted by its runtime's host constants refitted
+    without it: :mod:`validation.studies.serving.cross_validate`). Kernels only: ``gpu``, the catalog GPU the
     rows were timed on (the kernels schema has no hardware column). A field changed for a study that does
     not read it (``study.engine=flow`` on ``study=serving``) is refused (:data:`READS`)."""
 
@@ -47,6 +49,7 @@ class StudyConfig:
     quick: bool = False
     jobs: int | None = None
     gpu: str = "h100-sxm"
+    cross_validate: bool = False
 
 
 @dataclass
@@ -113,7 +116,7 @@ STUDIES = {
 #: the ``study`` fields each study reads besides ``name`` and ``data`` (StudyConfig's docstring); another
 #: field changed from its default would be read by nothing, so it is refused
 READS = {"collectives": {"engine", "harness"}, "kernels": {"gpu"}, "inference": set(), "moe": set(),
-         "serving": {"jobs"}, "fidelity": {"strategies", "scenarios", "quick"}, "rewrites": {"scenarios", "quick"}}
+         "serving": {"jobs", "cross_validate"}, "fidelity": {"strategies", "scenarios", "quick"}, "rewrites": {"scenarios", "quick"}}
 
 
 def _check_read(name: str, study) -> None:

@@ -19,8 +19,8 @@ make of a named one, and :meth:`Deployment.deployed` the context and profile of 
 the plan's layout: the MoE kernels' padding and the version's defaults). A default ``Deployment`` changes
 nothing.
 
-Imports: :mod:`simcore.serving.runtime`, :mod:`simcore.serving.plan`, :mod:`simcore.models.quantization`,
-:mod:`simcore.hardware`; nothing above :mod:`simcore.serving`.
+Imports: :mod:`simcore.serving.runtime` and :mod:`simcore.serving.requests`, :mod:`simcore.models.quantization`,
+:mod:`simcore.hardware`; never :mod:`simcore.serving`'s package entry or its simulator, which import it.
 """
 
 from __future__ import annotations

@@ -2,7 +2,11 @@
 
 Every shipped CSV in ``validation/data/`` has a ``split`` column: ``fit`` rows may calibrate a
 constant, ``test`` rows only score it (out of sample). A source (``source_url``) is in one split
-only, so no figure scored on ``test`` rows has seen their source. A CSV without the column (a user's
+only, across every shipped file, so no figure scored on ``test`` rows has seen their source
+(:func:`mixed_sources` lists any that is not; ``tests/test_split_sources.py`` holds the shipped data to it).
+A source some fit already read is a fit source: the Azure ND H100 v5 results, whose GEMM, HBM and
+attention rows set kernel constants (``kernels_h100.csv``), so its two static-batch rows in
+``inference_test.csv`` are ``fit`` rows too. A CSV without the column (a user's
 own measurements) is all ``fit`` unless a row's source is a shipped test source: rows copied out of
 a test file stay test rows.
 
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from validation.studies.common.cli import BadInput
 
-__all__ = ["SPLITS", "DATA_DIR", "split_of", "test_sources", "refuse_test_rows", "split_label"]
+__all__ = ["SPLITS", "DATA_DIR", "split_of", "test_sources", "mixed_sources", "refuse_test_rows", "split_label"]
 
 SPLITS = ("fit", "test")
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
@@ -36,6 +40,18 @@ def test_sources() -> frozenset[str]:
                 if (row.get("split") or "").strip() == "test":
                     sources.add((row.get("source_url") or "").strip())
     return frozenset(sources)
+
+
+def mixed_sources(paths: Iterable[Path] | None = None) -> dict[str, dict[str, list[str]]]:
+    """Sources whose rows are in more than one split over ``paths`` (default: every shipped CSV), each
+    with, per split, the files holding its rows (the split each row's :func:`split_of` gives)."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for path in sorted(paths if paths is not None else DATA_DIR.glob("*.csv")):
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                source = (row.get("source_url") or "").strip()
+                seen.setdefault(source, {}).setdefault(split_of(row), set()).add(Path(path).name)
+    return {src: {k: sorted(v) for k, v in splits.items()} for src, splits in seen.items() if len(splits) > 1}
 
 
 def split_of(row: dict) -> str:

@@ -40,7 +40,7 @@ each call priced as the lowering prices one MoE layer's experts plus that fixed 
 profiles fitted the same two constants on serving rows (``python -m validation.studies.serving.fit --moe``);
 this prints how the shipped vLLM and SGLang values score on the kernels, so the two sources can be
 compared. Its pair is what the serving study gives a runtime that runs Triton's MoE kernels in place of
-its own (``validation.studies.serving.moe_backend.TRITON_FUSED_MOE_DECODE``: TensorRT-LLM's MXFP4 experts
+its own (``simcore.serving.deployment.moe_kernels.TRITON_FUSED_MOE_DECODE``: TensorRT-LLM's MXFP4 experts
 on Hopper); the profiles keep their serving fits.
 
 Rows used for ``vllm``: H100 and H200, ``kernel`` a Triton ``fused_moe``, and a kernel config the source

@@ -36,8 +36,15 @@ One measurement, one row: the sample lists some InferenceX runs more than once, 
 is simulated and scored, the others are written with ``duplicate_of`` its id and left out of every count.
 
 Writes ``rows.csv`` (the input columns plus ``set``, ``sim_ttft_ms``, ``sim_tpot_ms``,
-``ttft_rel_error``, ``tpot_rel_error``, ``skipped_reason``) and ``summary.json``; prints per-backend
-and per-mode tables and ends with one JSON line (printed by the app).
+``ttft_rel_error``, ``tpot_rel_error``, ``skipped_reason``, and ``command``: the ``shard-sim
+workload=serving`` command line that reruns the row's simulation, :mod:`.command`) and ``summary.json``; prints per-backend
+and per-mode tables and ends with one JSON line (printed by the app). A ``notes`` column says what the
+mapping read that the row did not state (``concurrency_from_batch``: no ``silicon_concurrency=N``, the
+clients read from ``batch_size``; counted in the summary).
+
+``study.cross_validate=true`` runs, instead, leave-one-group-out over the fit rows (:mod:`.cross_validate`):
+each (model, runtime) group predicted by the runtime's host constants refitted without it. Its medians
+over groups are the figures to steer by; the test set stays a report.
 
 Scripts beside the study (``python -m validation.studies.serving.<name>``): :mod:`.fit` (each runtime's
 host time per step, request path and MoE constants on the fit rows), :mod:`.score` (candidate runtime values
@@ -60,6 +67,7 @@ from planner.apps.common import atomic_write_text
 from simcore.files import dumps
 from simcore.serving import LengthDist, ServingConfig, get_runtime, simulate_serving
 from validation.studies.common import read_csv
+from validation.studies.serving.command import shard_sim_command
 from validation.studies.serving.journal import fingerprint, simulate_rows
 from validation.studies.serving.launch import REQUESTS_PER_CLIENT
 from validation.studies.serving.mapping import RowCase, map_row
@@ -77,7 +85,7 @@ FIT_MODELS = ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct", "n
               "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-235B-A22B-FP8")
 
 _OUT_COLUMNS = ("set", "clients", "sim_ttft_ms", "sim_tpot_ms", "ttft_rel_error", "tpot_rel_error", "skipped_reason",
-                "duplicate_of")
+                "duplicate_of", "command", "notes")
 
 
 def split_of(row: dict) -> str:
@@ -169,6 +177,10 @@ def _simulate_row(row: dict) -> tuple[float, float, str]:
 
 
 def run(data: Path, out: Path, study=None) -> dict:
+    if getattr(study, "cross_validate", False):  # leave-one-group-out over the fit rows instead (.cross_validate)
+        from validation.studies.serving.cross_validate import cross_validate
+
+        return cross_validate(data, out, getattr(study, "jobs", None))
     cases = load_cases(data)
     dup = duplicates(cases)
     unique = [c for c, d in zip(cases, dup, strict=True) if not d]
@@ -184,6 +196,9 @@ def run(data: Path, out: Path, study=None) -> dict:
         row.update(sim_ttft_ms=ttft * 1e3, sim_tpot_ms=tpot * 1e3, ttft_rel_error=_rel(ttft * 1e3, m_ttft),
                    tpot_rel_error=_rel(tpot * 1e3, m_tpot), skipped_reason=reason, duplicate_of=duplicate_of)
         row["clients"] = case.concurrency or ""
+        row["notes"] = "; ".join(case.notes)  # concurrency_from_batch: clients read from batch_size (.mapping)
+        # the shard-sim command line that reruns this row's simulation (.command)
+        row["command"] = shard_sim_command(case, serving_config(case).num_requests, RANGE_RATIO) if not reason else ""
         rows.append(row)
         if not reason:
             print(f"{row['set']:4s} {row['backend']:6s} {row['mode']:6s} {case.model:16s} "
@@ -212,6 +227,8 @@ def run(data: Path, out: Path, study=None) -> dict:
     summary["all"] = summarize_rows(rows)
     summary["simulated_share"] = summary["all"]["simulated"] / max(summary["all"]["rows"], 1)
     summary["duplicates"] = sum(bool(d) for d in dup)
+    summary["concurrency_from_batch"] = sum("concurrency_from_batch" in c.notes for c, d in zip(cases, dup, strict=True)
+                                            if not d and not c.skip)
     summary["by_backend"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["backend"]).items()}
     summary["by_mode"] = {k: summarize_rows(v) for k, v in _group(rows, lambda r: r["mode"]).items()}
     summary["by_model"] = {k: summarize_rows(v) for k, v in _group(rows, _model_backend).items()}

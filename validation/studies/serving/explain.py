@@ -10,7 +10,8 @@ and simulated TPOT. What it is for: setting a profiler trace of the runtime (one
 batch) beside the model's, part by part, and seeing which rows are host-bound in the simulator.
 
 ``--set FIELD=VALUE[,FIELD=VALUE]`` prices the rows under other runtime-profile values (as
-``python -m validation.studies.serving.score --set`` does: a candidate host floor, MoE time per layer, ...).
+``python -m validation.studies.serving.score --set`` does: a candidate host floor, MoE time per layer, ...);
+on fit rows: ``--set`` with ``--split test`` is refused (the test split is a report, never a target).
 
 ``--split fit|test`` (instead of ids) explains every row of that set the study simulates (each measurement
 once), in ``--jobs`` processes, a line per row as it ends, then a table by model, backend and what sets
@@ -136,6 +137,9 @@ def main(argv=None) -> dict:
         raise BadInput("give row ids or --split, one of the two")
     if args.jobs < 1:
         raise BadInput(f"--jobs must be >= 1, got {args.jobs}")
+    if overrides and args.split == "test":
+        raise BadInput("--set with --split test: candidate values are priced on fit rows only; the test split is "
+                       "a report, never a target (explain it without --set)")
 
     if not args.data.is_file():
         raise BadInput(f"--data {args.data}: no such file")

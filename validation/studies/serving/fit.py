@@ -1,26 +1,40 @@
-"""Fit each serving runtime's host time per step on the fit set of the measured serving runs.
+"""Fit each serving runtime's host time per step and request path on the fit set of the measured serving runs.
 
-``python -m validation.studies.serving.fit [--data CSV] [--rows N]``: for each runtime profile (vLLM sync and
-overlapped, SGLang, TensorRT-LLM; a profile with no fit rows is left as it is), its physical host
-parameters: its host time per step (``RuntimeProfile.step_host_s``,
-fixed: scheduling and launch bookkeeping; ``step_host_per_seq_s``, per running sequence: its inputs,
-sampling bookkeeping, detokenizing and streaming) and, for TensorRT-LLM only, its small all-reduce kernel's
-fixed latency (``custom_ar_s``, which it takes for one-shot and two-shot alike: no published timing of
-its fused kernel; vLLM's and SGLang's two latencies are fitted on their kernels' published timings by
-``python -m validation.studies.collectives.fit_custom_allreduce``), are chosen on grids, one after the other twice (coordinate descent), to minimise the median of ``|log(simulated / measured)|`` of the mean TPOT
-of that backend's fit-set rows (the host time per step sets TPOT; TTFT is mostly queueing) (the models of :data:`validation.studies.serving.FIT_MODELS`; at most
-``--rows`` of them, spread evenly). Test-set rows are refused: the fit never sees them. Prints the chosen
-values (copy them into ``simcore/serving/runtime.py``) and ends with one JSON line.
+``python -m validation.studies.serving.fit [--data CSV] [--rows N] [--jobs 2] [--out DIR]``: for each runtime
+profile (vLLM sync and overlapped, SGLang, TensorRT-LLM; a profile with no fit rows is left as it is), on its
+aggregated fit rows at up to 512 clients (the models of :data:`validation.studies.serving.FIT_MODELS`; at
+most ``--rows`` of them, spread evenly; every one by default), each simulated once as the study simulates it
+but with no host time and no request path, and re-timed from there (:mod:`.host_replay`: exactly what a
+simulation with the candidate constants and no request path gives; :func:`fit_host`):
 
-Then a fourth, the runtime's request path (``RuntimeProfile.request_s``: HTTP, tokenization, hand-off to
-the scheduler, the first token's way back), on the median ``|log|`` error of the mean TTFT of the same
-runtime's fit rows (``--ttft-rows`` of them) measured by the client the study simulates: InferenceX's
-(rows at its lengths, :data:`validation.studies.serving.launch.HARNESS_LENGTHS`). The other fit rows
-(aiconfigurator's own sweeps, ISL 1000-8000) come from a client whose warm-up, ramp and TTFT
-definition are not documented, so their TTFT cannot tell the request path from the client's. It adds to every TTFT, so each row is simulated once
-without it and the grid is scored on ``simulated + request_s``; that the delay before the scheduler
-barely changes a closed loop's load is what the study's full runs (which simulate it) confirm.
-``--only-request`` keeps the three host constants as they are and fits this one alone.
+1. its host time per step, ``RuntimeProfile.step_host_s`` (fixed: scheduling and launch bookkeeping) and
+   ``step_host_per_seq_s`` (per running sequence: its inputs, sampling bookkeeping, detokenizing and
+   streaming), jointly on the grids :data:`GRID_S` x :data:`GRID_PER_SEQ_S`, to minimise the median of
+   ``|log(simulated / measured)|`` of the rows' mean TPOT (the host time per step sets TPOT; TTFT is mostly
+   queueing); ties go to the smaller value;
+2. then its request path, ``RuntimeProfile.request_s`` (HTTP, tokenization, hand-off to the scheduler, the
+   first token's way back), on :data:`GRID_REQUEST_S`, on the median ``|log|`` error of the mean TTFT of
+   the rows measured by the client the study simulates: InferenceX's (rows at its lengths,
+   :data:`validation.studies.serving.launch.HARNESS_LENGTHS`; every row where the runtime has none of
+   them). The other fit rows (aiconfigurator's own sweeps, ISL 1000-8000) come from a client whose
+   warm-up, ramp and TTFT definition are not documented, so their TTFT cannot tell the request path from
+   the client's. It adds to every TTFT, so the grid is scored on ``simulated without it + request_s``; that
+   the delay before the scheduler barely changes a closed loop's load is what the study's full runs (which
+   simulate it) confirm.
+
+TensorRT-LLM's small all-reduce kernel's fixed latency (``custom_ar_s``, which it takes for one-shot and
+two-shot alike: no published timing of its fused kernel; vLLM's and SGLang's two latencies are fitted on
+their kernels' published timings by ``python -m validation.studies.collectives.fit_custom_allreduce``) is GPU
+time, not host time: each value of :data:`GRID_CUSTOM_AR_S` is recorded on its own and fitted as above,
+and the value whose host fit scores best is kept. ``--only-request`` keeps the host constants as they are
+and fits the request path alone. Each row's recording is journaled under ``--out`` (a rerun reads it back;
+a changed data file or pricing code records again). The same fit, without one (model, runtime) group at a
+time, is the study's cross-validation (:mod:`.cross_validate`).
+
+The data are fit rows: with ``--data``, a file holding a test row (a model outside ``FIT_MODELS``) is refused
+(one line, exit 2); without it, the shipped sample's fit rows (the sample's split is by model: its test
+models' rows are never loaded). Prints the chosen values (copy them into ``simcore/serving/runtime.py``)
+and ends with one JSON line.
 
 ``--moe`` fits, instead of the host constants, the runtime's MoE block on the TPOT of its MoE fit rows
 (``--rows`` of them): ``moe_memory_efficiency`` (its grouped expert kernels' HBM bandwidth on the
@@ -46,14 +60,16 @@ import numpy as np
 
 from simcore.files import dumps
 from simcore.serving import get_runtime
-from validation.studies.common.cli import count
-from validation.studies.serving import duplicates, load_cases, simulate_case, split_of
+from validation.studies.common.cli import BadInput, count, run_script
+from validation.studies.serving import FIT_MODELS, duplicates, load_cases, simulate_case, split_of
+from validation.studies.serving.host_replay import Recording, record_rows, retime
+from validation.studies.serving.journal import fingerprint
 from validation.studies.serving.launch import HARNESS_LENGTHS
 
-__all__ = ["main", "GRID_S"]
+__all__ = ["main", "fit_host", "fit_request", "host_rows", "GRID_S", "GRID_PER_SEQ_S", "GRID_REQUEST_S"]
 
-GRID_S = (0.0, 1e-3, 2e-3, 4e-3, 6e-3, 9e-3, 12e-3)
-GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6)
+GRID_S = (0.0, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 9e-3, 12e-3)
+GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6, 120e-6)
 GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
 GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3, 300e-3)
 GRID_MOE_EFFICIENCY = (1.0, 0.85, 0.7, 0.5, 0.35)
@@ -63,10 +79,41 @@ _DATA = Path(__file__).resolve().parents[2] / "data" / "serving_h200_measured.cs
 _RUNTIMES = ("vllm-sync", "vllm", "sglang", "trtllm")
 
 
-def _host_grids(backend: str) -> tuple[tuple[str, tuple[float, ...]], ...]:
-    """The host constants fitted for a runtime (module doc): the all-reduce latency for TensorRT-LLM only."""
-    grids = (("step_host_s", GRID_S), ("step_host_per_seq_s", GRID_PER_SEQ_S))
-    return grids + ((("custom_ar_s", GRID_CUSTOM_AR_S),) if backend == "trtllm" else ())
+def _median_abs_log(sim: np.ndarray, measured: np.ndarray) -> float:
+    """Median ``|log(sim / measured)|`` over the rows whose simulation gave a number (inf: none did)."""
+    ok = np.isfinite(sim) & (sim > 0)
+    return float(np.median(np.abs(np.log(sim[ok] / measured[ok])))) if ok.any() else math.inf
+
+
+def host_rows(cases: list, backend: str) -> list:
+    """The rows a runtime's host constants are fitted on: its aggregated rows at up to 512 clients."""
+    return [c for c in cases if c.runtime == backend and c.plan.mode == "agg" and c.concurrency <= 512]
+
+
+def fit_request(rows: list, step_host_s: float, step_host_per_seq_s: float) -> dict:
+    """``request_s`` on :data:`GRID_REQUEST_S` (module doc, step 2) over ``rows`` (``(case, Recording)``
+    pairs) at the given host constants: the median ``|log|`` error of TTFT on the InferenceX rows among
+    them, on every row where there is none (``ttft_client`` says which)."""
+    harness = [(c, r) for c, r in rows if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
+    client, use = ("harness", harness) if harness else ("any", rows)
+    base = np.array([retime(r, step_host_s, step_host_per_seq_s)[0] for _, r in use])
+    measured = np.array([float(c.row["silicon_ttft_ms"]) * 1e-3 for c, _ in use])
+    scores = {v: _median_abs_log(base + v, measured) for v in GRID_REQUEST_S}
+    best = min(scores, key=scores.get)
+    return {"request_s": best, "ttft_median_abs_log_error": scores[best], "ttft_rows": len(use),
+            "ttft_client": client, "ttft_scores": scores}
+
+
+def fit_host(rows: list) -> dict:
+    """A runtime's ``step_host_s`` and ``step_host_per_seq_s`` (joint grid, median ``|log|`` error of TPOT),
+    then its ``request_s`` (:func:`fit_request`), on ``rows``: ``(case, Recording)`` pairs of its fit rows
+    (module doc). The recordings are re-timed, never simulated again (:mod:`.host_replay`)."""
+    measured = np.array([float(c.row["silicon_tpot_ms"]) * 1e-3 for c, _ in rows])
+    scores = {(s, q): _median_abs_log(np.array([retime(r, s, q)[1] for _, r in rows]), measured)
+              for s in GRID_S for q in GRID_PER_SEQ_S}
+    (step_s, per_seq_s), score = min(scores.items(), key=lambda kv: kv[1])  # first of equals: the smaller
+    return {"step_host_s": step_s, "step_host_per_seq_s": per_seq_s, "median_abs_log_error": score,
+            "rows": len(rows), "scores": scores} | fit_request(rows, step_s, per_seq_s)
 
 
 def _host_field(field: str, value: float) -> dict:
@@ -143,7 +190,7 @@ def _fit_moe_prefill(fit: list, args) -> dict:
     its harness rows' TTFT (module doc)."""
     fitted = {}
     for backend in args.runtimes:
-        rows, moe = _moe_rows(fit, backend, args.ttft_rows)
+        rows, moe = _moe_rows(fit, backend, args.ttft_rows or 40)
         if not moe:
             continue
         rt = get_runtime(backend)
@@ -153,7 +200,7 @@ def _fit_moe_prefill(fit: list, args) -> dict:
               flush=True)
         eff = min(scores, key=scores.get)
         rt = rt.with_overrides(moe_gemm_efficiency=eff)
-        request_s, ttft_score, ttft_rows = _request_on_harness(rows, rt, args.ttft_rows)
+        request_s, ttft_score, ttft_rows = _request_on_harness(rows, rt, args.ttft_rows or 40)
         print(f"{backend}: moe_gemm_efficiency = {eff:g} ({len(moe)} MoE rows, median |log error| of TTFT "
               f"{scores[eff]:.3f} at its own request delay); request_s = {request_s * 1e3:g} ms ({ttft_rows} "
               f"harness rows, TTFT {ttft_score:.3f})", flush=True)
@@ -169,7 +216,7 @@ def _fit_moe(fit: list, args) -> dict:
     ``request_s`` on its harness rows' TTFT (module doc)."""
     fitted = {}
     for backend in args.runtimes:
-        rows, moe = _moe_rows(fit, backend, args.rows)
+        rows, moe = _moe_rows(fit, backend, args.rows or 24)
         if not moe:
             continue
         rt = get_runtime(backend)
@@ -180,7 +227,7 @@ def _fit_moe(fit: list, args) -> dict:
                 f"{s * 1e6:g}us:{scores[e, s]:.3f}" for s in GRID_MOE_LAYER_S), flush=True)
         (eff, layer_s), score = min(scores.items(), key=lambda kv: kv[1])
         rt = rt.with_overrides(moe_memory_efficiency=eff, moe_layer_s=layer_s)
-        request_s, ttft_score, ttft_rows = _request_on_harness(rows, rt, args.ttft_rows)
+        request_s, ttft_score, ttft_rows = _request_on_harness(rows, rt, args.ttft_rows or 40)
         print(f"{backend}: moe_memory_efficiency = {eff:g}, moe_layer_s = {layer_s * 1e6:g} us ({len(moe)} MoE "
               f"rows, median |log error| of TPOT {score:.3f}); request_s = {request_s * 1e3:g} ms ({ttft_rows} "
               f"rows, TTFT {ttft_score:.3f})", flush=True)
@@ -191,56 +238,106 @@ def _fit_moe(fit: list, args) -> dict:
     return fitted
 
 
+def _fit_cases(data: Path | None) -> list:
+    """The fit rows to use, each measurement once (module doc): with ``data``, every row of it, a test row
+    refused (:class:`BadInput`); without, the shipped sample's fit split."""
+    path = data or _DATA
+    if not path.is_file():
+        raise BadInput(f"--data {path}: no such file")
+    every = load_cases(path)
+    test = [c for c in every if split_of(c.row) != "fit"]
+    if data is not None and test:
+        models = sorted({(c.row.get("model_path") or "").strip() for c in test})
+        raise BadInput(f"error: --data {path}: {len(test)} test row(s) (models not in FIT_MODELS: "
+                       f"{', '.join(models[:4])}{', ...' if len(models) > 4 else ''}); fit on fit rows only "
+                       "(score test rows with the study)")
+    every = [c for c in every if split_of(c.row) == "fit"]
+    cases = [c for c, dup in zip(every, duplicates(every), strict=True) if not c.skip and not dup]  # each run once
+    where = f"{path}" if data is not None else f"the shipped sample's fit split (models of FIT_MODELS: {len(FIT_MODELS)})"
+    print(f"{len(cases)} fit rows of {where}")
+    return cases
+
+
+def _recorded(cases: list, args, overrides: dict | None = None) -> list:
+    """``(case, Recording)`` of the cases that replay (:mod:`.host_replay`), each recorded once, journaled
+    under ``--out``; the others are named."""
+    store = args.out / ("recordings" if not overrides else "recordings-" + "-".join(f"{k}={v:g}" for k, v in
+                                                                                  sorted(overrides.items())))
+    out = []
+    for case, rec in zip(cases, record_rows(cases, args.jobs, store, fingerprint(args.data or _DATA), overrides),
+                         strict=True):
+        if isinstance(rec, Recording):
+            out.append((case, rec))
+        else:
+            print(f"  not re-timed: {case.row.get('id', '')}: {rec}")
+    return out
+
+
+def _print_host(backend: str, fit: dict) -> None:
+    for s in GRID_S:
+        print(f"{backend:9s} step_host_s {s * 1e3:4g} ms, per sequence " + "  ".join(
+            f"{q * 1e6:g}us:{fit['scores'][s, q]:.3f}" for q in GRID_PER_SEQ_S), flush=True)
+    print(f"{backend:9s} request_s            " + "  ".join(f"{v * 1e3:g}ms:{e:.3f}"
+                                                           for v, e in fit["ttft_scores"].items()), flush=True)
+
+
+def _fit_runtime(mine: list, backend: str, args) -> dict:
+    """One runtime's host constants and request path (module doc); TensorRT-LLM's all-reduce latency too."""
+    rt = get_runtime(backend)
+    if args.only_request:
+        out = {"step_host_s": rt.step_host_s, "step_host_per_seq_s": rt.step_host_per_seq_s}
+        return out | fit_request(_recorded(mine, args), rt.step_host_s, rt.step_host_per_seq_s)
+    if backend != "trtllm":
+        fit = fit_host(_recorded(mine, args))
+        _print_host(backend, fit)
+        return fit
+    fits = {}
+    for ar in GRID_CUSTOM_AR_S:  # GPU time: each latency recorded on its own (module doc)
+        fits[ar] = fit_host(_recorded(mine, args, _host_field("custom_ar_s", ar)))
+        print(f"{backend:9s} custom_ar_s {ar * 1e6:g} us: median |log error| of TPOT "
+              f"{fits[ar]['median_abs_log_error']:.3f}", flush=True)
+    ar = min(fits, key=lambda v: fits[v]["median_abs_log_error"])
+    _print_host(backend, fits[ar])
+    return fits[ar] | {"custom_ar_s": ar}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=_DATA)
-    parser.add_argument("--rows", type=count, default=24, help="fit rows per backend (spread evenly)")
-    parser.add_argument("--ttft-rows", type=count, default=40, help="fit rows per backend for request_s")
+    parser.add_argument("--data", type=Path, default=None, help="fit rows only (default: the shipped sample's)")
+    parser.add_argument("--rows", type=count, default=None,
+                        help="at most this many fit rows per runtime, spread evenly (default: every one; --moe: 24)")
+    parser.add_argument("--ttft-rows", type=count, default=None, help="--moe, --moe-prefill: rows for request_s (40)")
     parser.add_argument("--only-request", action="store_true", help="fit request_s alone (module doc)")
     parser.add_argument("--moe", action="store_true", help="fit the MoE block's two constants (module doc)")
     parser.add_argument("--moe-prefill", action="store_true",
                         help="fit the grouped expert kernels' rate at prefill sizes (module doc)")
     parser.add_argument("--runtimes", nargs="+", choices=_RUNTIMES, default=list(_RUNTIMES),
                         help="fit these runtime profiles only (the others keep their values)")
+    parser.add_argument("--jobs", type=count, default=2, help="processes (>= 1)")
+    parser.add_argument("--out", type=Path, default=Path("outputs/fit_serving"),
+                        help="where each row's recording is journaled (module doc)")
     args = parser.parse_args(argv)
-    every = load_cases(args.data)
-    cases = [c for c, dup in zip(every, duplicates(every), strict=True) if not c.skip and not dup]  # each run once
-    test = [c for c in cases if split_of(c.row) != "fit"]
-    fit = [c for c in cases if split_of(c.row) == "fit"]
-    print(f"{len(fit)} fit rows used, {len(test)} test rows refused (never simulated here)")
+    fit = _fit_cases(args.data)
     if args.moe:
         return _fit_moe(fit, args)
     if args.moe_prefill:
         return _fit_moe_prefill(fit, args)
     fitted = {}
     for backend in args.runtimes:
-        mine = _runtime_rows(fit, backend)
+        mine = host_rows(fit, backend)
         if not mine:
             print(f"{backend}: no fit rows")
             continue
-        rt = get_runtime(backend)
-        request_s, ttft_score, ttft_rows = _request_on_harness(mine, rt, args.ttft_rows)
-        rt = rt.with_overrides(request_s=request_s)
-        print(f"{backend}: request_s = {request_s * 1e3:g} ms ({ttft_rows} rows, median |log error| of TTFT "
-              f"{ttft_score:.3f})")
-        mine = _spread(mine, args.rows)
-        score = _score(mine, rt) if args.only_request else math.inf
-        for _ in range(0 if args.only_request else 2):
-            for field, grid in _host_grids(backend):
-                scores = {v: _score(mine, rt.with_overrides(**_host_field(field, v))) for v in grid}
-                best = min(scores, key=scores.get)
-                rt, score = rt.with_overrides(**_host_field(field, best)), scores[best]
-                print(f"{backend:7s} {field:20s} " + "  ".join(f"{v * 1e3:g}ms:{e:.3f}" for v, e in scores.items()),
-                      flush=True)
-        fitted[backend] = {"step_host_s": rt.step_host_s, "step_host_per_seq_s": rt.step_host_per_seq_s,
-                           "custom_ar_s": rt.custom_ar_s, "request_s": rt.request_s,
-                           "median_abs_log_error": score, "rows": len(mine),
-                           "ttft_median_abs_log_error": ttft_score, "ttft_rows": ttft_rows}
-        print(f"{backend}: step_host_s = {rt.step_host_s * 1e3:g} ms, step_host_per_seq_s = "
-              f"{rt.step_host_per_seq_s * 1e6:g} us ({len(mine)} rows, median |log error| {score:.3f})")
+        found = _fit_runtime(_spread(mine, args.rows) if args.rows else mine, backend, args)
+        fitted[backend] = {k: v for k, v in found.items() if not k.endswith("scores")}
+        print(f"{backend}: step_host_s = {found['step_host_s'] * 1e3:g} ms, step_host_per_seq_s = "
+              f"{found['step_host_per_seq_s'] * 1e6:g} us (median |log error| of TPOT "
+              f"{found.get('median_abs_log_error', math.nan):.3f} on {found.get('rows', 0)} rows); request_s = "
+              f"{found['request_s'] * 1e3:g} ms ({found['ttft_rows']} {found['ttft_client']} rows, TTFT "
+              f"{found['ttft_median_abs_log_error']:.3f})", flush=True)
     print(dumps(fitted))
     return fitted
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

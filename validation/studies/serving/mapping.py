@@ -14,10 +14,10 @@ The mapping, column by column:
 - ``precision`` -> weights and GEMMs (the KV cache's type is the runtime's choice: :mod:`.kv_dtype`):
   ``fp8`` / ``bf16`` as they are; ``fp4`` / ``int4`` (gpt-oss MXFP4,
   Kimi-K2 INT4 experts) are weight-only 4-bit experts: each expert weight half a byte plus its
-  block's scale, in the checkpoint's format (:mod:`.weight_format`: MXFP4 0.53125 bytes, group-32 INT4
+  block's scale, in the checkpoint's format (:mod:`simcore.models.quantization`: MXFP4 0.53125 bytes, group-32 INT4
   0.5625); on Hopper (no 4-bit tensor-core math) every GEMM runs in BF16 and the other weights are BF16
   as those checkpoints ship them, elsewhere FP8. vLLM holds MXFP4 experts on Hopper padded to Marlin's
-  tiles (:func:`.moe_backend.vllm_mxfp4_padding`).
+  tiles (:func:`simcore.serving.deployment.vllm_mxfp4_padding`).
 - Layout per pool: ``tp_size`` is the attention TP degree, ``attention_dp_size`` the data-parallel
   attention groups (our ``ep``: experts split that many ways). Experts expert-parallel beyond those
   groups run inside each TP group (the pool's ``moe_ep`` = ``moe_ep_size / attention_dp_size``, experts
@@ -48,10 +48,19 @@ The mapping, column by column:
   each vLLM DP engine's ``max_num_seqs`` are per rank; SGLang's DP-attention rows record the per-rank
   share of ``--max-running-requests``: decode batch 8 / 16 / 32 on 8 DP ranks at 64 / 128 / 256
   clients), so times ``attention_dp_size``; blank -> the concurrency. ``*_num_workers`` (blank = 1) -> workers per pool.
-- ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients.
+- ``silicon_concurrency=N`` in ``silicon_data_source`` -> N closed-loop clients. An aggregated row
+  without it whose ``batch_size`` is given runs as many clients as its engine runs sequences at once
+  (``batch_size`` x attention-DP ranks), noted ``concurrency_from_batch``; a disaggregated row without it
+  is skipped (its worker counts' reason first, where they are missing too).
+- ``precision`` blank (with ``gemm_quant_mode`` blank): the checkpoint's own weights (:func:`row_precision`:
+  ``fp8`` for an id naming an FP8 checkpoint, ``-FP8``, ``FP8-dynamic``; a 4-bit checkpoint's format;
+  else the preset's ``config.json`` ``torch_dtype``, BF16 / FP16 read as 16-bit). ``gemm_quant_mode`` and
+  (MoE models) ``moe_quant_mode`` must be a mode of that precision (:data:`_GEMM_MODES`, :data:`_MOE_MODES`);
+  a precision, quantization mode or vLLM ``backend_version`` the model does not know skips the row with
+  the column and its value, never read as another.
 - The measuring harness's launch flags, where its scripts set them (:mod:`.launch`) -> ``launch``:
   runtime-profile fields the row is simulated with; the MoE kernels the runtime runs the row's experts
-  with on its GPU where they are not the profile's (:mod:`.moe_backend`: TensorRT-LLM's Triton MoE for
+  with on its GPU where they are not the profile's (:mod:`simcore.serving.deployment.moe_kernels`: TensorRT-LLM's Triton MoE for
   MXFP4 experts on Hopper); and what the row's runtime version does by default where that differs
   between versions of one profile (:func:`version_fields`: vLLM v0.12-v0.14's DeepGEMM MoE path for FP8
   experts, ``moe_padded_rows``).
@@ -86,7 +95,8 @@ from validation.studies.serving.launch import (
     requests_per_client,
 )
 
-__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "row_workload", "version_fields"]
+__all__ = ["RowCase", "map_row", "SYSTEMS", "model_preset", "runtime_of", "row_precision", "row_workload",
+           "version_fields"]
 
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 NODE_GPUS = 8  # GPUs in one NVLink domain of every system above (HGX H100 / H200 / B200)
@@ -108,6 +118,8 @@ class RowCase:
     runtime: str = ""
     launch: dict = field(default_factory=dict)
     requests_per_client: int = REQUESTS_PER_CLIENT
+    #: what the mapping read in a way the row did not state (``concurrency_from_batch``: :func:`_clients_from_batch`)
+    notes: tuple[str, ...] = ()
 
 
 def model_preset(model_path: str) -> str | None | ModelConfigError:
@@ -202,38 +214,130 @@ def _pool(row: dict, prefix: str, concurrency: int, moe: bool, compact: bool = T
 
 
 def _expert_format(row: dict, model) -> str | None:
-    """The routed experts' 4-bit format of an MoE row with 4-bit weights (:mod:`.weight_format`), else None."""
-    p = (row.get("precision") or "").strip().lower()
+    """The routed experts' 4-bit format of an MoE row with 4-bit weights (:mod:`simcore.models.quantization`), else None."""
+    p = row_precision(row, model)
     if p not in _FOUR_BIT or not model.is_moe:
         return None
     return expert_format(row.get("model_path") or "", row.get("moe_quant_mode") or p)
 
 
-def row_workload(row: dict, model, gpu: str) -> Workload | str:
-    """The workload of a row's ``precision`` (and, for 4-bit experts, ``model_path`` and
-    ``moe_quant_mode``) on ``gpu``, or a one-line reason it is not modelled."""
+#: 16-bit weight names (aiconfigurator writes ``float16``; Hopper runs FP16 at BF16's rate)
+_SIXTEEN_BIT = ("bf16", "fp16", "float16", "bfloat16")
+#: a published id naming an FP8 checkpoint (``Qwen3-235B-A22B-FP8``, ``Llama-3.3-70B-Instruct-FP8-dynamic``)
+_FP8_ID = re.compile(r"(^|[-_.])fp8([-_.]|$)", re.IGNORECASE)
+#: ModelSpec.checkpoint_dtype -> the precision label a row with a blank ``precision`` is read as (FP32
+#: checkpoints are served in 16 bits: the runtimes' ``dtype auto``)
+_CHECKPOINT_LABEL = {"bf16": "bf16", "fp16": "bf16", "fp32": "bf16", "fp8": "fp8", "mxfp4": "mxfp4",
+                     "nvfp4": "nvfp4", "int4_g32": "int4", "int4_g128": "int4"}
+#: ``gemm_quant_mode`` / ``moe_quant_mode`` values (aiconfigurator's ``GEMMQuantMode`` / ``MoEQuantMode`` names)
+#: read as each kind of weights the model prices; blank: the precision's own. Others (``int8_wo``, ``sq``,
+#: ``w4afp8``, ...) are skipped with their name: the model prices none of them. A 4-bit row is priced by its
+#: checkpoint's expert format and its GPU (BF16 GEMMs on Hopper, else FP8: :func:`row_workload`), not by
+#: these labels, so any mode named here is read for it.
+_FOUR_BIT_MODES = ("int4_wo", "nvfp4", "mxfp4", "w4a16_mxfp4")
+_GEMM_MODES = {"16-bit": ("", "float16", "bfloat16", "bf16", "fp16"),
+               "fp8": ("", "fp8", "fp8_block", "fp8_static", "fp8_ootb")}
+_MOE_MODES = {"16-bit": ("", "float16", "bfloat16", "bf16", "fp16"), "fp8": ("", "fp8", "fp8_block")}
+for _modes in (_GEMM_MODES, _MOE_MODES):
+    _modes["4-bit"] = tuple(dict.fromkeys(m for known in list(_modes.values()) for m in known)) + _FOUR_BIT_MODES
+
+
+def row_precision(row: dict, model) -> str:
+    """The row's ``precision`` (lower case), or where blank the checkpoint's own weight type: a 4-bit
+    checkpoint the id names (:data:`simcore.models.quantization.CHECKPOINT_FORMAT`), ``fp8`` for an id that
+    names an FP8 checkpoint, else the preset's ``config.json`` (``ModelSpec.checkpoint_dtype``); ``""`` where
+    none of them says."""
     p = (row.get("precision") or "").strip().lower()
-    if p in ("fp8", "bf16"):
-        return Workload(precision=p)
-    if p in ("fp16", "float16", "bfloat16"):  # aiconfigurator's name for 16-bit; Hopper runs FP16 at BF16's rate
-        return Workload(precision="bf16")
-    if p in _FOUR_BIT:
-        if not model.is_moe:
-            return f"precision: {p} weights on a dense model are not modelled"
-        four_bit = FORMAT_BYTES[_expert_format(row, model)]
-        if get_gpu(gpu).arch == "hopper":
-            # Hopper has no 4-bit tensor-core math: the runtimes run these experts weight-only (W4A16:
-            # Marlin, Triton matmul_ogs), dequantized into BF16 GEMMs; and both 4-bit checkpoints here
-            # ship attention and dense weights in BF16 (gpt-oss model card; Kimi-K2's compressed-tensors
-            # config quantizes the routed experts only). Each expert weight is 4 bits plus its block's
-            # scale, in the checkpoint's format (.weight_format).
-            return Workload(precision="bf16", expert_weight_bytes=four_bit)
-        return Workload(precision="fp8", expert_weight_bytes=four_bit)
-    return f"precision: {p!r} is not modelled"
+    if p:
+        return p
+    # imported here: the module's import lines are another change's
+    from simcore.models.quantization import CHECKPOINT_FORMAT
+
+    path = (row.get("model_path") or "").strip()
+    if path in CHECKPOINT_FORMAT:
+        return _CHECKPOINT_LABEL[CHECKPOINT_FORMAT[path]]
+    if _FP8_ID.search(path.split("/")[-1]):
+        return "fp8"
+    return _CHECKPOINT_LABEL.get(model.checkpoint_dtype, "")
+
+
+def _quant_modes(row: dict, model, p: str) -> str:
+    """Why the row's ``gemm_quant_mode`` or (MoE models) ``moe_quant_mode`` is not what weights of precision
+    ``p`` run, or ``""``."""
+    kind = "16-bit" if p in _SIXTEEN_BIT else "fp8" if p == "fp8" else "4-bit"
+    columns = (("gemm_quant_mode", _GEMM_MODES),) + ((("moe_quant_mode", _MOE_MODES),) if model.is_moe else ())
+    for column, known in columns:
+        mode = (row.get(column) or "").strip().lower()
+        if mode not in known[kind]:
+            read = "" if (row.get("precision") or "").strip() else " (precision blank: the checkpoint's own)"
+            return (f"{column}: {mode!r} is not modelled with {p} weights{read}; read: "
+                    f"{', '.join(m for m in known[kind] if m)}")
+    return ""
+
+
+def row_workload(row: dict, model, gpu: str) -> Workload | str:
+    """The workload of a row's ``precision`` (blank: the checkpoint's own, :func:`row_precision`; for 4-bit
+    experts also ``model_path`` and ``moe_quant_mode``) on ``gpu``, or a one-line reason it is not modelled,
+    naming the column and its value: a precision, or a ``gemm_quant_mode`` / ``moe_quant_mode`` the model
+    does not price with it."""
+    p = row_precision(row, model)
+    if not p:
+        return (f"precision: blank, and neither the id {row.get('model_path')!r} nor preset {model.name}'s "
+                "config.json states the checkpoint's weight type")
+    if p not in ("fp8", *_SIXTEEN_BIT, *_FOUR_BIT):
+        return f"precision: {p!r} is not modelled"
+    why = _quant_modes(row, model, p)
+    if why:
+        return why
+    if p in ("fp8", *_SIXTEEN_BIT):
+        return Workload(precision="fp8" if p == "fp8" else "bf16")
+    if not model.is_moe:
+        return f"precision: {p} weights on a dense model are not modelled"
+    four_bit = FORMAT_BYTES[_expert_format(row, model)]
+    if get_gpu(gpu).arch == "hopper":
+        # Hopper has no 4-bit tensor-core math: the runtimes run these experts weight-only (W4A16:
+        # Marlin, Triton matmul_ogs), dequantized into BF16 GEMMs; and both 4-bit checkpoints here
+        # ship attention and dense weights in BF16 (gpt-oss model card; Kimi-K2's compressed-tensors
+        # config quantizes the routed experts only). Each expert weight is 4 bits plus its block's
+        # scale, in the checkpoint's format (.weight_format).
+        return Workload(precision="bf16", expert_weight_bytes=four_bit)
+    return Workload(precision="fp8", expert_weight_bytes=four_bit)
 
 
 BACKENDS = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
+_NO_WORKERS = "layout: a disaggregated row without worker counts (the pools' sizes are unknown)"
+
+
+def _unknown_version(row: dict) -> str:
+    """Why a row's ``backend_version`` is not one the mapping knows, or ``""``: a vLLM row's release sets its
+    host step (overlapped from v0.14) and MoE path (:func:`runtime_of`, :func:`version_fields`), so a label
+    that names no release (``nightly``) is skipped rather than read as one; blank is the sample's older,
+    unversioned runs. SGLang's and TensorRT-LLM's profiles have one pricing for every release: their label
+    is not read."""
+    version = (row.get("backend_version") or "").strip()
+    if (row.get("backend") or "").strip() == "vllm" and version and parse_version(version) is None:
+        return (f"backend_version: {version!r} is not a vLLM release the model knows (MAJOR.MINOR..., or blank: "
+                "the sample's unversioned runs)")
+    return ""
+
+
+def _clients_from_batch(case: RowCase, row: dict, mode: str, model) -> str:
+    """A row without ``silicon_concurrency=N``: an aggregated row whose ``batch_size`` is given is simulated
+    with as many clients as its engine runs sequences at once (``batch_size`` x its attention-DP ranks,
+    as :func:`_pool` reads it) and noted ``concurrency_from_batch``; else why it is skipped (module doc)."""
+    if mode == "disagg":
+        if not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
+            return _NO_WORKERS
+        return "silicon_data_source: no silicon_concurrency=N (a disaggregated row's batch sizes do not give its clients)"
+    if not (row.get("batch_size") or "").strip():
+        return "silicon_data_source: no silicon_concurrency=N, and no batch_size to read the clients from"
+    pool = _pool(row, "", 1, model.is_moe)
+    if isinstance(pool, str):
+        return pool
+    case.concurrency = pool.max_num_seqs
+    case.notes += ("concurrency_from_batch",)
+    return ""
 
 
 def map_row(row: dict) -> RowCase:
@@ -267,17 +371,21 @@ def _map_row(row: dict) -> RowCase:
         case.skip = f"system: {row.get('system')!r} is not one of {', '.join(SYSTEMS)}"
         return case
     found = re.search(r"silicon_concurrency=(\d+)", row.get("silicon_data_source") or "")
-    if not found:
-        case.skip = "silicon_data_source: no silicon_concurrency=N"
-        return case
-    case.concurrency = int(found.group(1))
-    if case.concurrency < 1:
+    case.concurrency = int(found.group(1)) if found else 0
+    if found and case.concurrency < 1:
         raise RowError(f"silicon_data_source: silicon_concurrency must be >= 1, got {case.concurrency}")
     case.isl, case.osl = _int(row, "isl", 0), _int(row, "osl", 0)
     if not (case.isl and case.osl):
         raise RowError(f"{'isl' if not case.isl else 'osl'}: a length is needed")
+    case.skip = _unknown_version(row)
+    if case.skip:
+        return case
     case.runtime = runtime_of(row)
     model = get_model(preset)
+    if not found:
+        case.skip = _clients_from_batch(case, row, mode, model)
+        if case.skip:
+            return case
     workload = row_workload(row, model, gpu)
     if isinstance(workload, str):
         case.skip = workload
@@ -286,7 +394,7 @@ def _map_row(row: dict) -> RowCase:
         backend, row.get("backend_version") or "", row.get("model_path") or "", preset, workload.precision,
         case.isl, case.osl))
     if mode == "disagg" and not (row.get("prefill_num_workers") and row.get("decode_num_workers")):
-        case.skip = "layout: a disaggregated row without worker counts (the pools' sizes are unknown)"
+        case.skip = _NO_WORKERS
         return case
     prefixes = ("prefill_", "decode_") if mode == "disagg" else ("",)
     pools = [_pool(row, p, case.concurrency, model.is_moe) for p in prefixes]
@@ -321,7 +429,7 @@ def _place(case: RowCase, pools: list[Pool], preset: str, model, workload: Workl
 
 def _padded(workload: Workload, pools: list[Pool], model, backend: str, fmt: str | None, gpu: str) -> Workload:
     """The workload with its experts' bytes padded as the row's runtime holds them
-    (:func:`.moe_backend.vllm_mxfp4_padding`); pools whose experts pad differently cannot share one
+    (:func:`simcore.serving.deployment.vllm_mxfp4_padding`); pools whose experts pad differently cannot share one
     workload, so are refused."""
     factors = {vllm_mxfp4_padding(backend, fmt, gpu, model.hidden_size, model.expert_ffn_size,
                                   p.strategy.tp // p.moe_ep) for p in pools}

@@ -21,7 +21,8 @@ data file or cost formula never reuses an old answer (it hashes to another direc
 
 It is how a candidate constant is tried on the fit rows before any change (the decision rules in the
 README): ``--split fit`` is the default and its figures are in sample; ``--split test`` scores test rows
-and says so, for the outcome of a change already decided, never to choose one.
+and says so, for the outcome of a change already decided, never to choose one: with ``--set`` it is
+refused (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -165,6 +166,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE[,FIELD=VALUE]")
     args = parser.parse_args(argv)
     groups = [{}] + [parse_set(text) for text in args.sets]
+    if args.sets and args.split == "test":
+        _fail("--set with --split test: candidate values are tried on fit rows only; the test split is a report, "
+              "never a target (score the shipped values on it without --set)")
     if not args.data.is_file():
         _fail(f"--data {args.data}: no such file")
     try:  # the journal's folder: bad input is named here, before any simulation
