@@ -1,9 +1,7 @@
-"""Package layout: no import cycles inside ``validation/``; one package per study.
+"""Package layout: no module imports one that imports it back, anywhere; one package per study.
 
-The graph is read from the source with ``ast`` (nothing is imported), counting every ``import`` and
-``from ... import`` of a ``validation`` module, at module level or inside a function (a deferred import
-is still a cycle, only hidden). ``simcore/`` never importing ``planner/`` is checked in
-``tests/test_newcomer.py``.
+The layers themselves (``validation > planner > topologies > simcore`` and simcore's own order) are
+import-linter's contracts in ``pyproject.toml``, checked by ``make test``.
 """
 
 from __future__ import annotations
@@ -11,79 +9,42 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import grimp
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "validation"
+PACKAGES = ("simcore", "topologies", "planner", "validation")
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
-
-
-def _resolve(base: str, level: int, name: str, is_package: bool) -> str:
-    """The absolute module of ``from <level dots><base> import ...`` written in module ``name``."""
-    if not level:
-        return base
-    parts = name.split(".") if is_package else name.split(".")[:-1]
-    parts = parts[: len(parts) - (level - 1)]
-    return ".".join(parts + ([base] if base else []))
-
-
-def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The ``validation`` modules that module ``name`` (at ``path``) imports; ``from pkg import mod`` names
-    the submodule when ``mod`` is one, else the package."""
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve(node.module or "", node.level, name, path.name == "__init__.py")
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-        else:
-            continue
-        out |= {t for t in targets if t in modules and t != name}
+def _cycles(graph) -> list[tuple[str, ...]]:
+    """Every import edge ``a -> b`` whose target leads back to ``a``, as ``(a, b, ..., a)``."""
+    out = []
+    for module in sorted(graph.modules):
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            back = graph.find_shortest_chain(importer=imported, imported=module)
+            if back:
+                out.append((module, *back))
     return out
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` as a list of modules (first == last), or None (depth-first search)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state and (found := visit(nxt)):
-                return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state and (found := visit(node)):
-            return found
-    return None
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    """import-linter's contracts (``make test``) forbid cycles between siblings; this also catches a
+    package's ``__init__`` and one of its own modules importing each other. The graph is grimp's, the
+    library import-linter reads imports with (every import counts, inside functions too)."""
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    assert len(graph.modules) > 200  # it does read the tree
+    assert _cycles(graph) == []
 
 
-def test_the_cycle_finder_finds_a_planted_cycle() -> None:
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
-    assert _resolve("plot", 1, "validation.studies.moe", True) == "validation.studies.moe.plot"
-    assert _resolve("common", 2, "validation.studies.moe.plot", False) == "validation.studies.common"
-
-
-def test_validation_has_no_import_cycles() -> None:
-    modules = _modules()
-    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
-    assert sum(map(len, graph.values())) > 50  # the walk does see the imports
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+def test_the_cycle_check_finds_a_planted_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for name in ("a", "a.b", "a.c"):
+        graph.add_module(name)
+    graph.add_import(importer="a.b", imported="a.c")
+    assert _cycles(graph) == []
+    graph.add_import(importer="a.c", imported="a")
+    graph.add_import(importer="a", imported="a.b")
+    assert ("a", "a.b", "a.c", "a") in _cycles(graph)
 
 
 def test_each_study_is_a_package_with_an_entry() -> None:
