@@ -20,6 +20,7 @@ from simcore.hardware.gpus import GPUS
 from validation.studies import collectives, fidelity, inference, kernels, moe, rewrites, serving
 from validation.studies.collectives.harness import check_harness
 from validation.studies.rewrites import headline
+from validation.studies.serving.cross_validate import cross_validate
 from validation.studies.serving.journal import StudyInterrupted
 
 __all__ = ["run", "main", "STUDIES"]
@@ -84,6 +85,8 @@ def _moe(data: Path, out: Path, study) -> dict:
 
 def _serving(data: Path, out: Path, study) -> dict:
     try:
+        if getattr(study, "cross_validate", False):  # leave one (model, runtime) group out instead
+            return cross_validate(data, out, getattr(study, "jobs", None))
         return serving.run(data, out, study)
     except ValueError as exc:  # a CSV without the schema's columns: one line, exit 2
         raise UserError(str(exc)) from exc

@@ -177,10 +177,8 @@ def _simulate_row(row: dict) -> tuple[float, float, str]:
 
 
 def run(data: Path, out: Path, study=None) -> dict:
-    if getattr(study, "cross_validate", False):  # leave-one-group-out over the fit rows instead (.cross_validate)
-        from validation.studies.serving.cross_validate import cross_validate
-
-        return cross_validate(data, out, getattr(study, "jobs", None))
+    """The study on ``data`` (``study.cross_validate`` runs :mod:`.cross_validate` instead: the app
+    dispatches it, since that module builds on this one)."""
     cases = load_cases(data)
     dup = duplicates(cases)
     unique = [c for c, d in zip(cases, dup, strict=True) if not d]
