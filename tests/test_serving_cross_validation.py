@@ -168,12 +168,15 @@ def test_the_app_reads_cross_validate_for_the_serving_study_only():
         _check_read("kernels", OmegaConf.create({"name": "kernels", "cross_validate": True}))
 
 
-def test_the_serving_study_hands_cross_validate_to_the_cross_validation(tmp_path, monkeypatch):
+def test_the_app_hands_study_cross_validate_to_the_cross_validation(tmp_path, monkeypatch):
+    """``study.cross_validate=true`` runs the cross-validation instead of the study (the app dispatches it: the
+    cross-validation builds on the study's package)."""
     from types import SimpleNamespace
 
-    from validation.studies import serving
+    from validation.apps import validate
 
     seen = {}
-    monkeypatch.setattr(cv, "cross_validate", lambda data, out, jobs: seen.update(data=data, jobs=jobs) or {"ok": 1})
-    assert serving.run(Path("d.csv"), tmp_path, SimpleNamespace(jobs=3, cross_validate=True)) == {"ok": 1}
+    monkeypatch.setattr(validate, "cross_validate", lambda data, out, jobs: seen.update(data=data, jobs=jobs) or {"ok": 1})
+    monkeypatch.setattr(validate.serving, "run", lambda *a: pytest.fail("ran the study"))
+    assert validate._serving(Path("d.csv"), tmp_path, SimpleNamespace(jobs=3, cross_validate=True)) == {"ok": 1}
     assert seen == {"data": Path("d.csv"), "jobs": 3}

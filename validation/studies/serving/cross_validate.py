@@ -25,7 +25,7 @@ group's refitted values, the prediction. Both are journaled in the run dir (the 
 ``recordings/``; the predictions in ``rows.jsonl``, the study's own journal, a row whose refitted values
 are the shipped ones under the study's key: a plain study run in the same dir shares them), so the same
 command in the same ``hydra.run.dir`` reads them back; a changed data file or pricing code simulates again.
-About 25 minutes on 2 busy cores for the shipped sample's 342 fit rows.
+About 17 minutes on 2 shared cores for the shipped sample's 342 fit rows (9 recording, 8 predicting).
 
 Held, not refitted (their fits saw every group, so they leak into every fold): TensorRT-LLM's all-reduce
 latency ``custom_ar_s`` (GPU time: a simulation of every row per grid value; :mod:`.fit` fits it so), and
