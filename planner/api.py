@@ -108,7 +108,10 @@ def scenario(experiment: str | None = None, *, model: str | None = None, topolog
     args += [f"topology.num_nodes={int(num_nodes)}"] if num_nodes is not None else []
     args += [f"workload={workload}"] if workload else []
     cfg = compose_search([*args, *overrides])
-    ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim)
+    if cfg.workload.phase == "serving":  # a serving scenario's context takes its lengths from the serving node
+        ctx = build_serving_context(cfg)
+    else:
+        ctx = build_context(cfg.model, cfg.hardware, cfg.topology, cfg.workload, cfg.sim)
     return Scenario(cfg, ctx, build_graph(cfg.topology, cfg.hardware))
 
 

@@ -46,12 +46,15 @@ class HardwareConfig:
 
 @dataclass
 class TopologyConfig:
-    """``name``: a preset of ``topologies.TOPOLOGY_NAMES`` or ``custom`` with ``path`` to a YAML file."""
+    """``name``: a preset of ``topologies.TOPOLOGY_NAMES`` or ``custom`` with ``path`` to a YAML file;
+    ``fabric``: the preset's scale-out network (``ib`` | ``efa`` | ``roce``; ``null``: the preset's own,
+    InfiniBand unless its name says otherwise; a custom topology names its own in its file)."""
 
     name: str = "h100-ib-rail"
     num_nodes: int = 8
     oversubscription: float = 1.0
     path: str | None = None
+    fabric: str | None = None
 
 
 @dataclass

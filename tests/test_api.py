@@ -24,6 +24,14 @@ def test_a_scenario_is_built_from_names():
     assert (built.ctx.model.name, built.ctx.workload.phase, built.ctx.cluster.num_gpus) == ("llama-3.1-8b", "prefill", 8)
 
 
+def test_a_serving_scenario_takes_its_lengths_from_the_serving_node():
+    built = api.scenario(model="llama-3.1-8b", topology="hgx-h100", num_nodes=1, workload="serving",
+                         overrides=["serving.isl=2000", "serving.osl=300"])
+    assert (built.ctx.workload.input_len, built.ctx.workload.output_len) == (2000, 300)
+    result = api.serve(built, {"mode": "agg", "pool": {"tp": 1}}, concurrency=2, osl=16, num_requests=4)
+    assert result.feasible
+
+
 def test_price_and_simulate_agree_without_contention(sc):
     plan = api.megatron_plan(sc)
     proxy = api.price(sc, plan)

@@ -230,7 +230,7 @@ def test_config_error_line_joins_a_list_and_drops_what_names_no_field():
 
 @pytest.mark.parametrize("name", ["search", "sim", "validate", "report"])
 def test_an_appended_unknown_key_exits_2_naming_it(tmp_path, name):
-    key = {"search": "workload.fabric", "sim": "topology.fabric", "validate": "study.bogus", "report": "bogus"}[name]
+    key = {"search": "workload.fabric", "sim": "topology.bogus", "validate": "study.bogus", "report": "bogus"}[name]
     proc = app(name, f"+{key}=1", f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert proc.returncode == 2 and f"{key}: unknown setting" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1

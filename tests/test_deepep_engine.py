@@ -14,12 +14,12 @@ from simcore.collectives import DEFAULT, Fabric
 from simcore.collectives.pipeline import nccl_link_efficiency
 from simcore.cost.proxy import evaluate
 from simcore.engine import EngineConfig, RoutingConfig, simulate
-from simcore.engine.deepep_exchange import exchange, run_exchange, token_bytes
 from simcore.engine.phase import choose_mode, run_folded, run_per_gpu
 from simcore.engine.program import build_programs
 from simcore.hardware.gpus import get_gpu
 from simcore.moe import draw_copies, link_tokens, pair_times_s, uniform_time_s
 from simcore.moe.deepep import fp8_token_bytes
+from simcore.moe.deepep_exchange import exchange, run_exchange, token_bytes
 from simcore.network.flownet import FlowNetwork
 from simcore.strategy.sharding import Strategy
 from tests.conftest import make_ctx

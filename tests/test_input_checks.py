@@ -255,7 +255,7 @@ def test_a_strategy_beside_a_plan_file_and_a_space_bound_beside_either_are_refus
 
 @pytest.mark.parametrize(("name", "field", "value", "readers"), [
     ("serving", "engine", "flow", "collectives"), ("collectives", "jobs", 2, "serving"),
-    ("inference", "gpu", "h200", "kernels"), ("moe", "quick", True, "fidelity, rewrites"),
+    ("inference", "gpu", "h200", "kernels"), ("moe", "quick", True, "fidelity, rewrites, fabric"),
     ("rewrites", "strategies", 3, "fidelity"), ("kernels", "harness", "xla", "collectives")])
 def test_a_study_field_the_chosen_study_does_not_read_is_refused(tmp_path, name, field, value, readers):
     cfg = OmegaConf.structured(ValidateAppConfig(study=StudyConfig(name=name, **{field: value})))

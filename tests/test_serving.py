@@ -88,7 +88,7 @@ def test_single_request_latency_is_hand_computable():
     cost = StepCost(ctx, plan.pool.strategy)
     prefill = sum(cost.gpu_times([GroupBatch.of([(512, 0)], [], 1)], rt))
     decodes = [sum(cost.gpu_times([GroupBatch.of([], [513 + i], 1)], rt)) for i in range(3)]
-    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.request_s + rt.host_s(1) + prefill, rel=1e-9)
+    assert r.metrics.ttft_s["mean"] == pytest.approx(rt.request_path_s(512) + rt.host_s(1) + prefill, rel=1e-9)
     assert r.metrics.tpot_s["mean"] == pytest.approx(sum(decodes) / 3 + rt.host_s(1), rel=1e-9)
 
 
@@ -365,6 +365,9 @@ def test_a_deepep_runtime_prices_its_all_to_alls_with_deepep_and_launches_with_i
     plan = ServingPlan.aggregated(s, 1, 64)
     assert "--moe-a2a-backend deepep" in serving_launch(plan, base.model, "sglang", runtime=deepep).to_text()
     assert "--moe-a2a-backend" not in serving_launch(plan, base.model, "sglang").to_text()
+    tbo = deepep.with_overrides(two_batch_overlap=True)
+    assert "--enable-two-batch-overlap" in serving_launch(plan, base.model, "sglang", runtime=tbo).to_text()
+    assert "--enable-two-batch-overlap" not in serving_launch(plan, base.model, "sglang", runtime=deepep).to_text()
     # its static memory fraction is the launch's 0.8, and the launch says so; plain SGLang keeps its default
     assert "--mem-fraction-static 0.8 " in serving_launch(plan, base.model, "sglang", runtime=deepep).to_text()
     assert "--mem-fraction-static" not in serving_launch(plan, base.model, "sglang").to_text()

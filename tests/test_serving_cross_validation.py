@@ -53,7 +53,7 @@ def test_a_recorded_run_retimed_is_the_simulation_with_those_host_constants(row)
 def test_the_host_moves_an_overlapped_step_only_where_it_outlasts_the_gpu():
     """Three steps of 1 s of GPU time, one request over all three (a hand-computed timeline)."""
     rec = Recording(gpu_s=np.ones(3), seqs=np.ones(3), sent=np.array([-1]), first=np.array([0]),
-                    finish=np.array([2]), tokens=np.array([3.0]), overlap=True)
+                    finish=np.array([2]), tokens=np.array([3.0]), prompt=np.array([8.0]), overlap=True)
     assert retime(rec, 0.5, 0.0) == pytest.approx((1.0, 1.0))  # hidden under the previous step's GPU time
     assert retime(rec, 2.0, 0.0) == pytest.approx((1.0, 2.0))  # steps start 2 s apart: ends at 1, 3, 5
     sync = Recording(**{**rec.__dict__, "overlap": False})

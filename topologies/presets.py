@@ -9,7 +9,7 @@ import networkx as nx
 
 from topologies.builders import hgx_h100, ib_fattree, ib_rail, nvl72
 
-__all__ = ["TOPOLOGY_NAMES", "build_topology"]
+__all__ = ["TOPOLOGY_NAMES", "build_topology", "preset_fabric"]
 
 #: Servers of a multi-node preset when ``num_nodes`` is not given (16 GPUs).
 DEFAULT_NUM_NODES = 2
@@ -45,6 +45,16 @@ _PRESETS: dict[str, tuple[Callable[..., nx.DiGraph], dict[str, Any], dict[str, A
 
 #: Valid preset names for :func:`build_topology`.
 TOPOLOGY_NAMES: tuple[str, ...] = tuple(_PRESETS)
+
+
+def preset_fabric(name: str) -> str | None:
+    """The scale-out fabric preset ``name`` fixes (``h100-efa``: ``efa``), ``None`` where it is a parameter
+    (or ``name`` is no preset).
+
+    >>> preset_fabric("h100-roce"), preset_fabric("h100-ib-rail")
+    ('roce', None)
+    """
+    return _PRESETS[name][1].get("fabric") if name in _PRESETS else None
 
 
 def build_topology(name: str, **params: Any) -> nx.DiGraph:

@@ -8,7 +8,9 @@ the cluster).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
+from simcore.collectives.constants import FABRICS
 from simcore.config import (
     ConfigError,
     HardwareConfig,
@@ -23,7 +25,7 @@ from simcore.cost.tasks import CostContext
 from simcore.hardware import get_gpu
 from simcore.models import get_model
 from topologies.custom import load_topology_yaml
-from topologies.presets import build_topology
+from topologies.presets import build_topology, preset_fabric
 
 __all__ = ["build_graph", "build_cluster", "build_context", "model_of"]
 
@@ -33,6 +35,9 @@ def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
     if topology.name == "custom":
         if not topology.path:
             raise ConfigError("topology.path: required when topology.name is custom")
+        if getattr(topology, "fabric", None) is not None:
+            raise ConfigError(f"topology.fabric: a custom topology names its fabric in its file (fabric: ib | efa | "
+                              f"roce), got {topology.fabric!r}")
         return load_topology_yaml(topology.path)
     if topology.path:  # a file that would be silently left unread
         raise ConfigError(f"topology.path: {topology.path} is read only under topology=custom, "
@@ -41,8 +46,33 @@ def build_graph(topology: TopologyConfig, hardware: HardwareConfig):
         raise ConfigError(f"topology.num_nodes must be positive, got {topology.num_nodes}")
     if topology.oversubscription <= 0:
         raise ConfigError(f"topology.oversubscription must be positive, got {topology.oversubscription}")
-    return build_topology(topology.name, num_nodes=topology.num_nodes,
-                          oversubscription=topology.oversubscription)
+    fabric = _fabric(topology)
+    return build_topology(topology.name, num_nodes=topology.num_nodes, oversubscription=topology.oversubscription,
+                          **({"fabric": fabric} if fabric else {}))
+
+
+def _fabric(topology: TopologyConfig) -> str | None:
+    """``topology.fabric`` where it changes the preset's network (``None``: the preset's own); a name no
+    preset knows, or one the preset's name fixes otherwise (``h100-efa`` is EFA), is a :class:`ConfigError`
+    naming the field and the closest fabrics."""
+    fabric = getattr(topology, "fabric", None)
+    if fabric is None:
+        return None
+    fixed = preset_fabric(topology.name)
+    if fabric not in FABRICS:
+        close = difflib.get_close_matches(str(fabric).lower(), FABRICS, n=2, cutoff=0.5)
+        alias = _FABRIC_ALIASES.get(str(fabric).lower())
+        hint = ", ".join(dict.fromkeys([alias] * bool(alias) + close)) or ", ".join(FABRICS)
+        raise ConfigError(f"topology.fabric: unknown fabric {fabric!r} (closest: {hint}; known: {', '.join(FABRICS)})")
+    if fixed is not None and fabric != fixed:
+        raise ConfigError(f"topology.fabric: topology {topology.name} is {fixed} by name, got {fabric!r} "
+                          f"(leave topology.fabric unset, or pick a preset of that fabric)")
+    return None if fixed is not None else fabric
+
+
+#: what people call the three fabrics, for the suggestion of an unknown one
+_FABRIC_ALIASES = {"infiniband": "ib", "ndr": "ib", "hdr": "ib", "aws": "efa", "ethernet": "roce", "rocev2": "roce",
+                   "spectrum-x": "roce", "eth": "roce"}
 
 
 def build_cluster(topology: TopologyConfig, hardware: HardwareConfig):

@@ -15,7 +15,9 @@ Beside ``result.json`` it writes ``trace.json``, the run as a Chrome / Perfetto 
 (:mod:`simcore.serving.trace`; ``serving.trace_requests`` requests get a track).
 
 Bad input (a concurrency of 0, an unknown runtime, a trace with a missing column or a negative length,
-a plan larger than the cluster or one whose pool cannot split the model, requests longer than the model's
+a plan larger than the cluster, a tensor- or expert-parallel group that does not fit the topology's nodes
+(``serving.plan.decode.ep``: more GPUs than it has, part of a node across nodes, a non-divisor inside
+one), a ``topology.fabric`` the preset does not know, one whose pool cannot split the model, requests longer than the model's
 context window, a plan no runtime can launch under ``export=``, a given plan that cannot serve the load,
 e.g. whose weights leave no KV cache) is a :class:`~planner.apps.common.UserError` naming the field: one
 line, exit code 2.
@@ -114,6 +116,9 @@ def _breakdown_table(title: str, steps: dict, stats: dict, mode: str):
     table.add_row("GPU time", *(f"{steps[r].gpu_s * 1e3:,.3f}" for r in roles))
     table.add_row("host time", *(f"{steps[r].host_s * 1e3:,.3f}" for r in roles))
     table.add_row("step (what sets it)", *(f"{steps[r].step_s * 1e3:,.3f} ({steps[r].bound})" for r in roles))
+    if any(stats[r].get("network_wait_s_per_step", 0.0) > 0 for r in roles):  # measured, beyond the closed form
+        table.add_row("+ waiting on the network (run mean)",
+                      *(f"{stats[r].get('network_wait_s_per_step', 0.0) * 1e3:,.3f}" for r in roles))
     table.add_row("sequences x mean context",
                   *(f"{steps[r].sequences} x {stats[r]['mean_decode_context']:,.0f}" for r in roles))
     table.add_row("GPUs busy over the run", *(f"{stats[r]['gpu_busy_share']:.0%}" for r in roles))
@@ -169,12 +174,37 @@ def _trace(cfg) -> ServingTrace:
         raise UserError(str(exc)) from None
 
 
+def _group_error(size: int, node: int, gpus: int) -> str | None:
+    """Why a group of ``size`` GPUs does not fit nodes of ``node`` GPUs (``None``: it does): more GPUs than
+    the topology has; across nodes, not whole nodes; inside one, not a divisor of it (the simulator packs a
+    pool's groups back to back, so such groups would straddle two nodes). A node that is a rack-scale
+    NVLink domain (more than 8 GPUs, GB200 NVL72) takes any group that fits it."""
+    if size > gpus:
+        return f"needs more GPUs than the topology's {gpus}"
+    if size > node and size % node:
+        return f"spans nodes of {node} GPUs unevenly: take whole nodes (a multiple of {node})"
+    if size < node <= 8 and node % size:
+        return f"would straddle nodes of {node} GPUs: take a divisor of {node} or whole nodes"
+    return None
+
+
+def _check_groups(where: str, pool, ctx) -> None:
+    """A pool's tensor-parallel group (``tp``) and its expert-parallel group (``tp x ep``: the attention
+    DP groups whose experts it splits) must fit the topology's nodes (:func:`_group_error`), as the runtimes
+    lay them out: SGLang and vLLM run tensor and expert parallelism across nodes on whole nodes."""
+    node, gpus = ctx.cluster.nvlink_domain_size, ctx.cluster.num_gpus
+    s = pool.strategy
+    for field, size in (("tp", s.tp), ("ep", s.tp * s.ep)):
+        reason = _group_error(size, node, gpus)
+        if reason:
+            label = "tensor-parallel group" if field == "tp" else f"expert-parallel group (tp {s.tp} x ep {s.ep})"
+            raise UserError(f"{where}.{field}: the {label} is {size} GPUs and {reason}")
+
+
 def _check_layouts(cfg, ctx, plan) -> None:
-    """Refuse a plan larger than the cluster, or one whose pool cannot split the model (bad input, as in
+    """Refuse a plan larger than the cluster, one whose tensor- or expert-parallel group does not fit the
+    topology's nodes (:func:`_check_groups`), or one whose pool cannot split the model (bad input, as in
     static shard-sim), naming where it was given."""
-    if plan.gpus > ctx.cluster.num_gpus:
-        raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
-                        f"{ctx.cluster.num_gpus}")
     for role, pool in plan.pools:
         where = "plan" if cfg.plan else f"serving.plan.{'pool' if role == 'both' else role}"
         try:
@@ -184,6 +214,10 @@ def _check_layouts(cfg, ctx, plan) -> None:
         shape = shape_error(ctx, role, pool.strategy)
         if shape:
             raise UserError(f"{where}: {shape}")
+        _check_groups(where, pool, ctx)
+    if plan.gpus > ctx.cluster.num_gpus:
+        raise UserError(f"serving.plan: {plan.describe()} needs {plan.gpus} GPUs, the cluster has "
+                        f"{ctx.cluster.num_gpus}")
 
 
 def _print_result(con, title: str, ctx, plan, scfg, result, slo: dict) -> dict:
@@ -235,7 +269,8 @@ def run_serving_sim(cfg) -> dict:
     con = console()
     if given is None:
         con.print(source, soft_wrap=True)  # one line, however narrow the terminal
-    result = simulate_serving(ctx, plan, scfg, graph=graph, trace=trace)
+    contention = bool(cfg.sim.contention) if cfg.get("sim") is not None else True  # sim=proxy-equivalent: off
+    result = simulate_serving(ctx, plan, scfg, graph=graph, trace=trace, contention=contention)
     if not result.feasible:  # a plan that cannot serve this load is bad input, as one that cannot split the model
         raise UserError(f"{'plan' if cfg.plan else 'serving.plan'}: {plan.describe()} cannot serve this load: "
                         f"{result.reason}")
@@ -266,5 +301,11 @@ def run_serving_sim(cfg) -> dict:
     if launch is not None:
         print(launch.to_text())  # plain, so that it can be piped
         written += write_launch(out, launch)
+    net = result.network
+    if net and net.get("flows"):
+        ran = "; ".join(f"{role}: {', '.join(kinds)}" for role, kinds in net.get("step_flows", {}).items()) or "KV hand-offs only"
+        con.print(f"network: {net['flows']:,} flows ({ran}); busiest link {net['busiest_link']} at "
+                  f"{net['busiest_utilization']:.1%}; {net['network_wait_share']:.2%} of step time waiting on the network",
+                  soft_wrap=True)
     con.print(f"simulated {result.steps} steps in {result.wall_s:.2f} s; wrote {', '.join(written)} into run dir: {out}")
     return payload

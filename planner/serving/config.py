@@ -168,6 +168,9 @@ class ServingAppConfig:
     #: the recurrent state's type of linear-attention layers (--mamba-ssm-dtype): ``bf16`` | ``fp32``;
     #: null: the model config's
     mamba_ssm_dtype: str | None = None
+    #: SGLang's two-batch overlap (--enable-two-batch-overlap): each step's expert all-to-alls hidden
+    #: behind the other micro-batch's compute; null: off. Refused on runtimes without it
+    two_batch_overlap: bool | None = None
     #: lengths drawn uniformly over the integers [floor(range_ratio * isl), isl] (and osl's alike), as
     #: InferenceX's benchmark_serving.py --random-range-ratio; null: serving.isl_std / osl_std decide
     range_ratio: float | None = None

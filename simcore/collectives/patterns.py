@@ -7,7 +7,7 @@ described in :mod:`simcore.collectives.flows`.
 
 from __future__ import annotations
 
-__all__ = ["Leg", "Flow", "domains", "double_binary_trees", "Plan"]
+__all__ = ["Leg", "Flow", "domains", "double_binary_trees", "Plan", "pxn_relay"]
 
 Leg = tuple[str, str]
 Flow = tuple[tuple[Leg, ...], float, int]  # (legs moved at one rate, payload bytes, ECMP flow key)
@@ -138,3 +138,15 @@ class Plan:
     def same_domain(self, a: str, b: str) -> bool:
         da, db = self.graph.nodes[a], self.graph.nodes[b]
         return da.get("domain", da["node"]) == db.get("domain", db["node"])
+
+
+def pxn_relay(graph, src: str, dst: str) -> str | None:
+    """The GPU in ``src``'s node on ``dst``'s rail when the pair crosses NVLink domains and rails."""
+    a, b = graph.nodes[src], graph.nodes[dst]
+    if a.get("domain", a.get("node")) == b.get("domain", b.get("node")) or a.get("local") == b.get("local"):
+        return None
+    per = graph.graph.get("gpus_per_node")
+    if per is None or a.get("node") is None or b.get("local") is None:
+        return None
+    peer = f"gpu{int(a['node']) * int(per) + int(b['local'])}"
+    return peer if peer in graph else None

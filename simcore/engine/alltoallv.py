@@ -18,22 +18,10 @@ from simcore.collectives import DEFAULT
 from simcore.collectives.cost import make_shape
 from simcore.collectives.flows import _compile, _execute, _fill_ratio, resolve
 from simcore.collectives.formulas import PROTO_INDEX, p2p_bandwidths
-from simcore.collectives.patterns import Plan, domains
+from simcore.collectives.patterns import Plan, domains, pxn_relay
 from simcore.collectives.pipeline import nccl_link_efficiency
 
 __all__ = ["run_alltoallv", "pxn_relay"]
-
-
-def pxn_relay(graph, src: str, dst: str) -> str | None:
-    """The GPU in ``src``'s node on ``dst``'s rail when the pair crosses NVLink domains and rails."""
-    a, b = graph.nodes[src], graph.nodes[dst]
-    if a.get("domain", a.get("node")) == b.get("domain", b.get("node")) or a.get("local") == b.get("local"):
-        return None
-    per = graph.graph.get("gpus_per_node")
-    if per is None or a.get("node") is None or b.get("local") is None:
-        return None
-    peer = f"gpu{int(a['node']) * int(per) + int(b['local'])}"
-    return peer if peer in graph else None
 
 
 def _phases(ctx, graph, ranks: list[str], pair_bytes: np.ndarray):

@@ -8,10 +8,10 @@ import simpy
 
 from simcore.collectives.flows import collective_channels, compile_collective, run_compiled
 from simcore.engine.contention import flow_links
-from simcore.engine.deepep_exchange import run_exchange
 from simcore.engine.program import Op
-from simcore.engine.rank_placement import Placement
 from simcore.hardware.gpus import get_gpu
+from simcore.moe.deepep_exchange import run_exchange
+from simcore.strategy.rank_placement import Placement
 
 __all__ = ["AnalyticComm", "FlowComm"]
 
@@ -38,7 +38,7 @@ class FlowComm:
     EP groups, every replica) as NCCL-shaped flows on one shared :class:`~simcore.network.flownet.FlowNetwork`.
     On an idle fabric a collective takes its analytic cost (``tests/test_collectives.py``); sharing
     links with other collectives slows it down. ``exchanges``
-    (:class:`~simcore.engine.deepep_exchange.FoldedExchanges`) runs the MoE exchanges the lowering priced as
+    (:class:`~simcore.moe.deepep_exchange.FoldedExchanges`) runs the MoE exchanges the lowering priced as
     DeepEP's kernels as DeepEP's traffic (their pairs may also take their own routes: ``direct_kinds``)."""
 
     def __init__(self, network, placement: Placement, constants=None, fabric=None, representative: bool = True,
@@ -80,7 +80,7 @@ class FlowComm:
         return self._groups[key]
 
     def _links(self, ranks: list[str], group: str = "") -> set:
-        """Every link any flow among ``ranks`` may use (:func:`simcore.engine.contention.flow_links`)."""
+        """Every link any flow among ``ranks`` may use (:func:`simcore.collectives.links.flow_links`)."""
         return flow_links(self.network.graph, self.network, ranks, group in self.direct_kinds)
 
     def _exchange(self, op: Op, stage: int):

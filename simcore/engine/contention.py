@@ -5,32 +5,11 @@ from __future__ import annotations
 
 import weakref
 
-from simcore.engine.alltoallv import pxn_relay
+from simcore.collectives.links import flow_links
 
 __all__ = ["all_groups", "contention_flags", "direct_kinds", "flow_links"]
 
 _KINDS = ("tp", "ep", "pp")
-
-
-def flow_links(graph, network, ranks: list[str], direct: bool = False) -> set:
-    """Every link a flow among ``ranks`` may use (a superset of the real flows): each pair's route
-    within a domain or along one rail, else the NVLink-then-rail detour NCCL's PXN takes between rails;
-    ``direct``: every pair's own route too (DeepEP's low-latency kernels write straight across rails,
-    :mod:`simcore.engine.deepep_exchange`)."""
-    links: set = set()
-    for a in ranks:
-        for b in ranks:
-            if a == b:
-                continue
-            if direct:
-                links.update(network.path(a, b))
-            peer = pxn_relay(graph, a, b)
-            if peer is None or peer in (a, b):
-                links.update(network.path(a, b))
-            else:
-                links.update(network.path(a, peer))
-                links.update(network.path(peer, b))
-    return links
 
 
 def all_groups(placement) -> list[tuple[str, list[str]]]:

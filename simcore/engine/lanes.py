@@ -1,6 +1,6 @@
 """Lanes of the per-GPU engine: which GPUs one SimPy process stands for, and why that is exact.
 
-Every GPU of a plan is rank ``(d, p, e, i)`` (:mod:`simcore.engine.rank_placement`). Per-GPU mode gives
+Every GPU of a plan is rank ``(d, p, e, i)`` (:mod:`simcore.strategy.rank_placement`). Per-GPU mode gives
 each GPU its own lane (processes and streams) unless permutations of a rank axis (``i``: tensor rank,
 ``d``: replica, ``e``: EP rank) are proven symmetries of the whole plan. The candidates are the
 axis's shift by one and, for each divisor ``m`` of its size, the shift by ``m`` and the rotation

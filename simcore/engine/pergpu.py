@@ -20,10 +20,10 @@ import simpy
 from simcore.collectives.flows import collective_channels, compile_collective, run_compiled
 from simcore.engine.alltoallv import run_alltoallv
 from simcore.engine.contention import contention_flags, direct_kinds
-from simcore.engine.deepep_exchange import Exchange, deepep_mode, exchange, run_exchange, token_bytes
 from simcore.engine.lanes import lane_membership
 from simcore.engine.pricing import group_shape, idle_cost_s, packed_shape
 from simcore.hardware.gpus import get_gpu
+from simcore.moe.deepep_exchange import Exchange, deepep_mode, exchange, run_exchange, token_bytes
 
 __all__ = ["LaneComm"]
 

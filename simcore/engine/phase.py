@@ -21,7 +21,6 @@ from simcore.cost.lowering import CostContext
 from simcore.engine.alltoallv import pxn_relay
 from simcore.engine.comm import AnalyticComm, FlowComm
 from simcore.engine.contention import all_groups, contention_flags, direct_kinds
-from simcore.engine.deepep_exchange import FoldedExchanges, deepep_mode
 from simcore.engine.executor import Executor
 from simcore.engine.lane_executor import LaneExecutor
 from simcore.engine.lanes import Lane, build_lanes, merged_axes, symmetric_axes
@@ -30,8 +29,9 @@ from simcore.engine.pergpu import LaneComm
 from simcore.engine.pricing import group_shape, reprice_programs
 from simcore.engine.program import build_programs
 from simcore.engine.rank_loads import rank_loads
-from simcore.engine.rank_placement import Placement
+from simcore.moe.deepep_exchange import FoldedExchanges, deepep_mode
 from simcore.network import FlowNetwork, gpu_nodes
+from simcore.strategy.rank_placement import Placement
 from simcore.strategy.sharding import Strategy
 
 __all__ = ["Phase", "choose_mode", "run_folded", "run_per_gpu", "placement_of"]

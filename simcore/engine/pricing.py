@@ -14,8 +14,8 @@ import functools
 
 from simcore.collectives import collective_time_s
 from simcore.cost.cluster import group_ranks_per_domain
-from simcore.engine.deepep_exchange import deepep_mode
 from simcore.engine.program import StageProgram
+from simcore.moe.deepep_exchange import deepep_mode
 
 __all__ = ["group_shape", "idle_cost_s", "packed_shape", "reprice_programs"]
 
@@ -53,7 +53,7 @@ def reprice_programs(ctx, programs: list[StageProgram], placement, graph, exchan
     fabric. A stage whose communicators of one kind differ in shape takes the slowest (a folded
     stage waits for all of them). Ops whose communicators have the lowering's packed shape keep
     their cost untouched (bit for bit). An MoE exchange the lowering priced as DeepEP's kernels
-    takes DeepEP's price on its communicators (``exchanges``: :class:`~simcore.engine.deepep_exchange.FoldedExchanges`)."""
+    takes DeepEP's price on its communicators (``exchanges``: :class:`~simcore.moe.deepep_exchange.FoldedExchanges`)."""
     shapes: dict[tuple[str, int], set[tuple[int, int]]] = {}
     out = []
     for prog in programs:

@@ -132,6 +132,8 @@ def _sglang(plan, model, path, gpn, dtypes, runtime, out: LaunchConfig) -> None:
         flags = m.flags + ["--chunked-prefill-size", str(runtime.max_num_batched_tokens), "--port", str(port)]
         if runtime.moe_a2a_backend == "deepep" and model.is_moe:  # DeepEP all-to-alls, DeepGEMM grouped GEMMs
             flags += ["--moe-a2a-backend", "deepep"]
+        if runtime.two_batch_overlap and model.is_moe:  # each micro-batch's all-to-alls behind the other's compute
+            flags += ["--enable-two-batch-overlap"]
         if runtime.mem_fraction is not None:  # the fraction the plan's KV cache was sized with
             flags += ["--mem-fraction-static", f"{runtime.mem_fraction:g}"]
         if runtime.spec_tokens and role != "prefill":  # SGLang runs MTP drafts as EAGLE with top-1 chains

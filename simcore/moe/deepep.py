@@ -15,7 +15,7 @@ with each link's bytes the larger of what the rank sends and receives on it; an 
 as its slowest rank (combine cannot finish before the last expert rank has sent its outputs).
 Combine moves the same tokens back, so it is the same formula at the combine's bytes per token.
 :func:`link_tokens` says which GPU sends which tokens to which over each link class (what the
-engine runs as flows, :mod:`simcore.engine.deepep_exchange`); :func:`pair_times_s` prices exactly those.
+engine runs as flows, :mod:`simcore.moe.deepep_exchange`); :func:`pair_times_s` prices exactly those.
 
 Link rates are the GPU catalog's (:mod:`simcore.hardware.gpus`), so constants fitted on H800 (NVLink
 200 GB/s per direction) carry over to H100 (450 GB/s) as efficiencies; the NIC (400 Gb/s CX7) is

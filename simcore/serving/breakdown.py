@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcore.serving.runtime import RuntimeProfile
-from simcore.serving.step_cost import GroupBatch, StepCost
+from simcore.serving.step_cost import GroupBatch, StepCost, step_is_decode
 
 __all__ = ["PARTS", "StepBreakdown", "step_breakdown", "mean_decode_batches"]
 
@@ -67,7 +67,7 @@ def step_breakdown(cost: StepCost, groups: list[GroupBatch], runtime: RuntimePro
     if not busy:
         raise ValueError("step_breakdown: the step runs no tokens")
     tokens, sampled = max(g.tokens for g in busy), max(g.sampled for g in busy)
-    blocks = cost.block_tasks(tokens, sampled)
+    blocks = cost.block_tasks(tokens, sampled, step_is_decode(busy))
     parts = dict.fromkeys(PARTS, 0.0)
     pp = cost.strategy.pp
     for p in range(pp):

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import simpy
 
+from simcore.collectives.constants import DEFAULT, Fabric
+from simcore.collectives.pipeline import nccl_link_efficiency
 from simcore.cost.lowering import CostContext, StrategyArrays
 from simcore.cost.memory import reason_names, structural_reasons
 from simcore.network import FlowNetwork, gpu_nodes
+from simcore.serving.fabric import StepFabric, network_report
 from simcore.serving.kvcache import kv_capacity_tokens
 from simcore.serving.plan import ServingPlan
 from simcore.serving.requests import Request
@@ -47,23 +50,25 @@ def shape_error(ctx: CostContext, role: str, strategy) -> str | None:
 
 
 class RequestIntake:
-    """``route``: a request reaches its plan's scheduler ``request_s`` after it was sent (the runtime's
-    request path, ``RuntimeProfile.request_s``), then ``_submit`` places it (the least-loaded worker)."""
+    """``route``: a request reaches its plan's scheduler after the runtime's request path (the fixed
+    ``request_s`` plus ``tokenize_s_per_token`` per prompt token: :meth:`RuntimeProfile.request_path_s`),
+    then ``_submit`` places it (the least-loaded worker)."""
 
     env: simpy.Environment
-    request_s: float
+    runtime: RuntimeProfile
     trace = None  # a simcore.serving.trace.ServingTrace, or None (not tracing)
 
     def route(self, req: Request) -> None:
         if self.trace is not None:
             self.trace.arrived(req, self.env.now)
-        if self.request_s > 0:
-            self.env.process(self._after_intake(req))
+        delay = self.runtime.request_path_s(req.input_len)
+        if delay > 0:
+            self.env.process(self._after_intake(req, delay))
         else:
             self._submit(req)
 
-    def _after_intake(self, req: Request):
-        yield self.env.timeout(self.request_s)
+    def _after_intake(self, req: Request, delay: float):
+        yield self.env.timeout(delay)
         self._submit(req)
 
     def _submit(self, req: Request) -> None:
@@ -74,8 +79,8 @@ class PoolCluster(RequestIntake):
     """The plan's workers, the router between them and the KV hand-off of disaggregated plans."""
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish,
-                 fast: bool = True, trace=None):
-        self.env, self.ctx, self.graph, self.request_s = env, ctx, graph, runtime.request_s
+                 fast: bool = True, trace=None, contention: bool = True):
+        self.env, self.ctx, self.graph, self.runtime = env, ctx, graph, runtime
         self.trace = trace
         self.pools: dict[str, list[Worker]] = {}
         self.kv_tokens: dict[str, int] = {}
@@ -103,15 +108,55 @@ class PoolCluster(RequestIntake):
                 workers.append(worker)
             self.pools[role] = workers
         self.gpus_per_worker = {role: pool.gpus_per_worker for role, pool in plan.pools}
-        self.network = None
-        if graph is not None and plan.mode == "disagg":
-            self.gpu_names = gpu_nodes(graph)
-            if gpu0 > len(self.gpu_names):
-                raise PlanInfeasible(f"device_count: the plan needs {gpu0} GPUs, the cluster has {len(self.gpu_names)}")
-            self.network = FlowNetwork(env, graph, record=trace is not None)  # the trace's link counters
+        self.network, self.fabric, self.kv_flows = None, None, 0
+        if graph is not None:
+            self._network(env, graph, plan, gpu0, trace, contention)
         m = ctx.model
         self.kv_bytes_per_token = m.kv_cache_bytes_per_token(ctx.workload.kv_bytes)
         self.state_bytes = m.linear_state_bytes_per_sequence(ctx.workload.activation_bytes)  # hybrids' fixed state
+
+    def _network(self, env, graph, plan: ServingPlan, gpus: int, trace, contention: bool) -> None:
+        """The plan's network: a disaggregated plan's KV hand-offs, and with ``contention`` the steps'
+        communication that shares links with other traffic (:mod:`.fabric`); none for an aggregated
+        plan whose steps share nothing (their closed form is exact) or that the graph cannot hold."""
+        self.gpu_names = gpu_nodes(graph)
+        if gpus > len(self.gpu_names):
+            if plan.mode == "disagg":
+                raise PlanInfeasible(f"device_count: the plan needs {gpus} GPUs, the cluster has {len(self.gpu_names)}")
+            return
+        network = FlowNetwork(env, graph, record=trace is not None)  # the trace's link counters
+        if contention:
+            fabric = StepFabric(env, self.ctx, graph, network, self.gpu_names)
+            workers = [(w, self.gpu_offsets[w.wid]) for ws in self.pools.values() for w in ws]
+            fabric.place(workers, self._kv_links(network))
+            if any(v.active for v in fabric.workers):
+                # the collectives' link efficiencies (NCCL's fractions), set before any flow, on every flow
+                network.set_link_efficiency(nccl_link_efficiency(graph, DEFAULT, Fabric.from_topology(graph)))
+                for view in fabric.workers:
+                    view.worker.net = view if view.active else None
+                self.fabric = fabric
+        if plan.mode == "disagg" or self.fabric is not None:
+            self.network = network
+
+    def _kv_links(self, network) -> set:
+        """Every link a KV hand-off may cross (:meth:`_transfer`'s pairs between any two workers)."""
+        if "prefill" not in self.pools:
+            return set()
+        links: set = set()
+        n_src, n_dst = self.gpus_per_worker["prefill"], self.gpus_per_worker["decode"]
+        for src in self.pools["prefill"]:
+            for dst in self.pools["decode"]:
+                a, b = self.gpu_offsets[src.wid], self.gpu_offsets[dst.wid]
+                for i in range(n_src):
+                    links.update(network.path(self.gpu_names[a + i], self.gpu_names[b + i % n_dst]))
+        return links
+
+    def network_report(self, end_s: float) -> dict:
+        """The run's network counters (:func:`~simcore.serving.fabric.network_report`)."""
+        workers = [w for ws in self.pools.values() for w in ws]
+        if self.fabric is not None:
+            return self.fabric.report(end_s, workers, self.kv_flows)
+        return network_report(self.network, end_s, self.kv_flows, 0.0, sum(w.gpu_busy_s for w in workers))
 
     def _submit(self, req: Request) -> None:
         entry = self.pools.get("both") or self.pools["prefill"]
@@ -131,6 +176,7 @@ class PoolCluster(RequestIntake):
         if self.network is not None:
             a, b = self.gpu_offsets[src.wid], self.gpu_offsets[dst.wid]
             pairs = [(self.gpu_names[a + i], self.gpu_names[b + i % n_dst]) for i in range(n_src)]
+            self.kv_flows += len(pairs)
             yield self.network.transfer_group(pairs, nbytes / n_src, tag=("kv", req.rid))
         else:  # idle fabric: each source GPU sends its shard over its NIC
             fabric_bw = self.ctx.cluster.gpu.nic_bandwidth_bytes_per_s

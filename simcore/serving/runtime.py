@@ -58,12 +58,18 @@ A profile holds few physical numbers, each with its source:
   by default) run every prompt step eagerly in Python modules; vLLM runs its steps above the capture size
   through ``torch.compile``'s generated code, not module-by-module Python, so it keeps 0. Not fitted on
   the serving sample.
-- ``request_s``: the time between a client sending a request and the scheduler seeing it, plus the
-  first token's way back, that no GPU step covers: the HTTP server, tokenization and the hand-off to
-  the scheduler process (vLLM's API server and engine core, SGLang's tokenizer manager, TensorRT-LLM's
-  ``trtllm-serve``), detokenizing and streaming the first chunk. It adds to every TTFT, not to TPOT;
-  simulated as the request reaching the router that long after it was sent. Fitted per runtime by
-  ``python -m validation.studies.serving.fit`` on the fit set's TTFT (0 before that fit).
+- ``request_s``, ``tokenize_s_per_token``: the request path, what a request spends between the client
+  sending it and the scheduler seeing it, plus its first token's way back, that no GPU step covers:
+  ``request_s`` the fixed latency (the HTTP server, the hand-off to the scheduler process: vLLM's API
+  server and engine core, SGLang's tokenizer manager, TensorRT-LLM's ``trtllm-serve``; detokenizing and
+  streaming the first chunk), ``tokenize_s_per_token`` the tokenizer's time per prompt token (a fast
+  tokenizer runs at ~0.2-2 us a token on one core), so that a longer prompt takes longer
+  (:meth:`RuntimeProfile.request_path_s`). It adds to every TTFT, not to TPOT; simulated as the request
+  reaching the router that long after it was sent, where it waits for the step in progress to end
+  before a step can take it. Both fitted per runtime by ``python -m validation.studies.serving.fit`` on
+  the fit set's TTFT, each on a grid bounded by what the mechanism can take (``GRID_REQUEST_S`` up to
+  50 ms, ``GRID_TOKENIZE_S_PER_TOKEN`` up to 4 us a token): TTFT the path does not explain is left as the
+  simulation's error, never absorbed by a longer path.
 - ``kv_block_tokens``: KV-cache page size (vLLM 16, SGLang 1 (token-granular radix cache), TensorRT-LLM
   32 (``tokens_per_block``)); ``mem_fraction``: share of HBM the runtime may fill with weights,
   activations and KV cache (vLLM ``gpu_memory_utilization`` 0.9), or, where ``mem_fraction_static``,
@@ -221,6 +227,7 @@ class RuntimeProfile:
     custom_ar_max_bytes: float = 8 * 2**20
     two_shot_ar_s: float = 8.0e-6
     request_s: float = 0.0
+    tokenize_s_per_token: float = 0.0
     mem_fraction_of_free: bool = False
     mem_fraction_static: bool = False
     batch_wait_timeout_iters: int = 0
@@ -238,15 +245,24 @@ class RuntimeProfile:
     spec_tokens: int = 0
     spec_accept: tuple[float, ...] = DEFAULT_ACCEPT
     reserved_bytes: float = 0.0
+    #: SGLang's two-batch overlap (``--enable-two-batch-overlap``): each step's expert dispatch and combine
+    #: hidden behind the other micro-batch's compute (:func:`simcore.serving.step_cost.two_batch_overlap_s`)
+    two_batch_overlap: bool = False
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
         return self.step_host_s + self.step_host_per_seq_s * seqs
 
+    def request_path_s(self, input_len: int) -> float:
+        """A request's path to the scheduler and its first token's way back, for a prompt of ``input_len``
+        tokens: the fixed latency and the prompt's tokenization (module doc, ``request_s``)."""
+        return self.request_s + self.tokenize_s_per_token * input_len
+
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
-        for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s", "moe_layer_s",
+        for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s",
+                  "tokenize_s_per_token", "moe_layer_s",
                   "eager_moe_layer_s", "custom_ar_s", "two_shot_ar_s", "reserved_bytes"):
             if getattr(self, f) < 0:
                 raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")
@@ -395,12 +411,16 @@ class RuntimeProfile:
 # (11.7% at 4 ms, 10.7% at 2.5 ms; 9.8% at 3 ms without the per-sequence 10 us). SGLang's 85 aggregated fit rows
 # score 14.1% -> 14.4% with its host constants as they were (30 us per sequence: 15.8%); they stay.
 # TensorRT-LLM keeps its fitted 14 us for both kernels: its fit rows prefer it (module doc).
+# The request path (2026-12-06): `python -m validation.studies.serving.fit --only-request --write
+# validation/data/serving_request_path_fit.json` on the fit set's harness TTFT, each on its bounded grid:
+# request_s 40 ms for all three (was 30 / 130 / 30 ms, one fixed path absorbing TTFT it does not explain),
+# tokenize_s_per_token 4 / 0 / 1 us (vLLM's at its grid's top: it carries prefill time the model leaves out).
 # Everything else: the sources above.
 _VLLM_SYNC = RuntimeProfile("vllm-sync", "vllm", step_host_s=3.0e-3, overlap_host=False, graph_max_tokens=512,
                             graph_decode_only=False, mixed_batches=True, max_num_batched_tokens=8192,
                             kv_block_tokens=16, mem_fraction=0.90, step_host_per_seq_s=10e-6,
                             custom_ar_s=CUSTOM_AR_ONE_SHOT_S, two_shot_ar_s=CUSTOM_AR_TWO_SHOT_S,
-                            request_s=30e-3, moe_gemm_efficiency=0.25, moe_fp8_at_bf16_rate=True,
+                            request_s=40e-3, tokenize_s_per_token=4e-6, moe_gemm_efficiency=0.25, moe_fp8_at_bf16_rate=True,
                             moe_memory_efficiency=0.5, moe_layer_s=25e-6, reserved_bytes=VLLM_RESERVED_BYTES)
 
 _SGLANG = RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=True, graph_max_tokens=512,
@@ -408,7 +428,7 @@ _SGLANG = RuntimeProfile("sglang", "sglang", step_host_s=2.0e-3, overlap_host=Tr
                          kv_block_tokens=1, mem_fraction=None, mem_fraction_static=True,
                          step_host_per_seq_s=40e-6, custom_ar_s=CUSTOM_AR_ONE_SHOT_S,
                          two_shot_ar_s=CUSTOM_AR_TWO_SHOT_S,
-                         request_s=130e-3, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
+                         request_s=40e-3, tokenize_s_per_token=0.0, moe_gemm_efficiency=0.18, moe_fp8_at_bf16_rate=True,
                          moe_layer_s=75e-6, eager_moe_layer_s=EAGER_MOE_LAYER_S)
 
 RUNTIMES: dict[str, RuntimeProfile] = {
@@ -421,7 +441,7 @@ RUNTIMES: dict[str, RuntimeProfile] = {
                              graph_decode_only=True, mixed_batches=True, max_num_batched_tokens=8192,
                              kv_block_tokens=32, mem_fraction=0.90, step_host_per_seq_s=90e-6, custom_ar_s=14e-6,
                              two_shot_ar_s=14e-6,
-                             request_s=30e-3, mem_fraction_of_free=True, moe_gemm_efficiency=0.70,
+                             request_s=40e-3, tokenize_s_per_token=1e-6, mem_fraction_of_free=True, moe_gemm_efficiency=0.70,
                              moe_memory_efficiency=1.0, moe_layer_s=125e-6, eager_moe_layer_s=EAGER_MOE_LAYER_S),
 }
 

@@ -216,7 +216,7 @@ class SeesawCluster(RequestIntake):
 
     def __init__(self, env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, on_finish,
                  fast: bool = True, trace=None):
-        self.env, self.ctx, self.plan, self.runtime, self.request_s = env, ctx, plan, runtime, runtime.request_s
+        self.env, self.ctx, self.plan, self.runtime = env, ctx, plan, runtime
         self.trace = trace
         self.costs: list[StepCost] = []
         self.kv_tokens: dict[str, int] = {}

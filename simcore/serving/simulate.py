@@ -133,12 +133,15 @@ class ServingResult:
     reshard_s: float = 0.0  # seesaw: worker-seconds spent re-sharding between the two layouts
     switches: int = 0  # seesaw: layout switches over all workers
     pool_stats: dict[str, dict] = field(default_factory=dict)  # per role: :func:`pool_stats`
+    #: the run's network counters (:func:`~simcore.serving.fabric.network_report`): flows, bytes per tier,
+    #: the busiest link and its utilization, the share of step time spent waiting on the network
+    network: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         out = {"plan": self.plan.to_dict(), "feasible": self.feasible, "reason": self.reason, "steps": self.steps,
                "lowerings": self.lowerings, "kv_tokens_per_group": self.kv_tokens_per_group,
                "wall_s": self.wall_s, "metrics": None if self.metrics is None else self.metrics.to_ms_dict(),
-               "pools": self.pool_stats}
+               "pools": self.pool_stats, "network": self.network}
         if self.plan.mode == "seesaw":
             out |= {"reshard_s": self.reshard_s, "switches": self.switches}
         return out
@@ -214,7 +217,7 @@ class _Clients:
 
 
 def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, graph, on_finish, fast: bool,
-             trace: ServingTrace | None = None):
+             trace: ServingTrace | None = None, contention: bool = True):
     """The plan's workers: a re-sharding :class:`~.seesaw.SeesawCluster` or a :class:`PoolCluster`."""
     if trace is not None:
         untraced = on_finish
@@ -225,7 +228,7 @@ def _cluster(env, ctx: CostContext, plan: ServingPlan, runtime: RuntimeProfile, 
 
     if plan.mode == "seesaw":
         return SeesawCluster(env, ctx, plan, runtime, on_finish, fast, trace=trace)
-    return PoolCluster(env, ctx, plan, runtime, graph, on_finish, fast, trace=trace)
+    return PoolCluster(env, ctx, plan, runtime, graph, on_finish, fast, trace=trace, contention=contention)
 
 
 def pool_stats(workers: list[Worker], end_s: float) -> dict:
@@ -233,10 +236,15 @@ def pool_stats(workers: list[Worker], end_s: float) -> dict:
     of that time their GPUs ran steps (the rest waited on the host or for work); ``decode_steps``, the
     pure-decode steps taken; ``mean_decode_seqs`` and ``mean_decode_context``, the busiest attention
     group's decoding sequences and the decodes' mean context over those steps (where
-    :func:`~simcore.serving.breakdown.step_breakdown` prices the run's mean decode step)."""
+    :func:`~simcore.serving.breakdown.step_breakdown` prices the run's mean decode step);
+    ``network_wait_s_per_step``, the seconds a step waited on the network beyond its closed form, over
+    all the pool's steps (0 where its steps ran in closed form: :mod:`.fabric`)."""
     steps = sum(w.decode_steps for w in workers)
     busy = sum(w.gpu_busy_s for w in workers) / (len(workers) * end_s) if end_s > 0 else 0.0
+    all_steps = sum(w.steps for w in workers)
+    wait = sum(w.net.wait_s for w in workers if w.net is not None)
     return {"workers": len(workers), "gpu_busy_share": busy, "decode_steps": steps,
+            "network_wait_s_per_step": wait / all_steps if all_steps else 0.0,
             "mean_decode_seqs": sum(w.decode_seqs_sum for w in workers) / steps if steps else 0.0,
             "mean_decode_context": sum(w.decode_context_sum for w in workers) / steps if steps else 0.0}
 
@@ -251,6 +259,8 @@ def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request],
     result = ServingResult(plan, metrics, True, steps=sum(w.steps for w in workers),
                            lowerings=sum(c.lowerings for c in cluster.costs), kv_tokens_per_group=cluster.kv_tokens,
                            wall_s=wall_s, pool_stats={role: pool_stats(ws, end_s) for role, ws in cluster.pools.items()})
+    if hasattr(cluster, "network_report"):
+        result.network = cluster.network_report(end_s)
     if plan.mode == "seesaw":
         result.reshard_s, result.switches = cluster.reshard_s, cluster.switches
         metrics.extra["swap_in_s"] = cluster.swap_in_s  # host-to-GPU copies charged at switches
@@ -259,8 +269,10 @@ def _result(plan: ServingPlan, cfg: ServingConfig, cluster, done: list[Request],
 
 def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, graph=None,
                      runtime: RuntimeProfile | None = None, fast: bool = True,
-                     trace: ServingTrace | None = None) -> ServingResult:
-    """Serve ``cfg.num_requests`` requests with ``plan``; ``graph`` (a topology) makes KV hand-offs flows.
+                     trace: ServingTrace | None = None, contention: bool = True) -> ServingResult:
+    """Serve ``cfg.num_requests`` requests with ``plan``; ``graph`` (a topology) makes KV hand-offs flows,
+    and with ``contention`` the steps' own communication wherever it shares links (:mod:`.fabric`;
+    ``False``, ``sim=proxy-equivalent``: every step in closed form).
 
     ``fast=False`` takes every step as its own process through the pipeline stages (the reference the
     single-stage fast path is tested against). ``trace``: a :class:`~.trace.ServingTrace` that records
@@ -276,7 +288,7 @@ def simulate_serving(ctx: CostContext, plan: ServingPlan, cfg: ServingConfig, gr
     env = simpy.Environment()
     clients = _Clients(env, cfg, [Request(i, a, isl, osl) for i, (a, isl, osl) in enumerate(_requests(cfg, rng))])
     try:
-        cluster = _cluster(env, ctx, plan, runtime, graph, clients.finished, fast, trace)
+        cluster = _cluster(env, ctx, plan, runtime, graph, clients.finished, fast, trace, contention)
         if trace is not None:
             trace.bind(len(clients.reqs), cluster.pools)
         clients.start(cluster)

@@ -36,12 +36,13 @@ from simcore.cost.memory import stage_layers
 from simcore.models.linear_attention import MIXER_KERNELS
 from simcore.models.sparse_attention import INDEXER_KERNELS
 from simcore.moe import RoutingConfig, expected_max_loads
+from simcore.moe.deepep import kernel_sms
 from simcore.serving.plan import check_expert_layout
 from simcore.serving.requests import ServingInputError
 from simcore.strategy import layout as L
 from simcore.strategy.sharding import Strategy
 
-__all__ = ["GroupBatch", "StepCost", "custom_all_reduce_time_s"]
+__all__ = ["GroupBatch", "StepCost", "custom_all_reduce_time_s", "batch_halves", "step_is_decode", "two_batch_overlap_s"]
 
 
 def custom_all_reduce_time_s(n: int, size_bytes: float, gpu, one_shot_s: float, two_shot_s: float) -> float:
@@ -52,6 +53,42 @@ def custom_all_reduce_time_s(n: int, size_bytes: float, gpu, one_shot_s: float, 
     fits its two latencies with."""
     bw = gpu.nvlink_bandwidth_bytes_per_s * DEFAULT.nvlink_efficiency
     return min(one_shot_s + (n - 1) * size_bytes / bw, two_shot_s + 2.0 * (n - 1) / n * size_bytes / bw)
+
+
+def two_batch_overlap_s(compute_s: float, exchange_s: float, moe_layers: int) -> float:
+    """A stage's time under two-batch overlap (SGLang's ``--enable-two-batch-overlap``, DeepSeek's
+    prefill and decode deployments): the step's batch runs as two micro-batches, each one's expert
+    dispatch and combine hidden behind the other's compute, so the stage takes the longer of its
+    compute and its exchanges plus one MoE layer's share of the shorter (the pipeline's fill and drain).
+    ``compute_s`` is what the two micro-batches compute (:meth:`StepCost.overlap_parts`: each priced at
+    its own half of the batch, so weights are read twice and GEMMs run at half the rows).
+
+    >>> two_batch_overlap_s(10.0, 4.0, 2)
+    12.0
+    """
+    if exchange_s <= 0:
+        return compute_s
+    return max(compute_s, exchange_s) + min(compute_s, exchange_s) / max(moe_layers, 1)
+
+
+def batch_halves(g: GroupBatch) -> tuple[GroupBatch, GroupBatch]:
+    """The two micro-batches two-batch overlap splits ``g`` into: each prompt chunk split by its tokens
+    (the second half attends to the first), the decoding sequences split in two with their share of the
+    contexts, the sampled tokens likewise (the first half takes the odd one of each)."""
+    a_seqs = -(-g.decode_seqs // 2)
+    b_seqs = g.decode_seqs - a_seqs
+    a_ctx = g.decode_context_sum * a_seqs / g.decode_seqs if g.decode_seqs else 0.0
+    firsts = [-(-n // 2) for n, _ in g.chunks]
+    a = GroupBatch([(f, p) for f, (_, p) in zip(firsts, g.chunks, strict=True)], a_seqs, a_ctx,
+                   -(-g.sampled // 2), g.decode_q)
+    b = GroupBatch([(n - f, p + f) for f, (n, p) in zip(firsts, g.chunks, strict=True) if n - f > 0], b_seqs,
+                   g.decode_context_sum - a_ctx, g.sampled // 2, g.decode_q)
+    return a, b
+
+
+def step_is_decode(groups) -> bool:
+    """Whether a step is pure decode (no group extends a prompt): DeepEP's low-latency kernels then."""
+    return not any(g.chunks for g in groups)
 
 
 @dataclass
@@ -88,10 +125,20 @@ class GroupBatch:
 
 
 class _NoAttention(_Lowerer):
-    """The lowering with the attention kernel left out (priced per step by :class:`StepCost`)."""
+    """The lowering with the attention kernel left out (priced per step by :class:`StepCost`), its
+    expert exchanges priced for ``a2a_phase`` (DeepEP's kernels: :func:`simcore.moe.mode_for_phase`)."""
+
+    a2a_phase = "prefill"
 
     def _attention(self) -> Task:
         return Task("attention", "attention", "attention", 0.0)
+
+    def _a2a(self, name: str, op: str, size) -> Task:
+        phase, self.phase = self.phase, self.a2a_phase
+        try:
+            return super()._a2a(name, op, size)
+        finally:
+            self.phase = phase
 
 
 def _linear_per_stage(model, pp: int) -> list[int]:
@@ -121,6 +168,9 @@ class StepCost:
                                     f"all-to-all inside a tensor-parallel group is not modelled; split the "
                                     f"experts over attention-DP groups (ep) instead")
         self.moe_ep = moe_ep
+        if runtime is not None and runtime.two_batch_overlap and runtime.scheduler != "sglang":
+            raise ServingInputError(f"serving.two_batch_overlap: SGLang's --enable-two-batch-overlap; runtime "
+                                    f"{runtime.name} ({runtime.scheduler}) has none")
         if runtime is not None and runtime.moe_a2a_backend == "deepep" and getattr(ctx.routing, "a2a", None) != "deepep":
             ctx = dataclasses.replace(ctx, routing=dataclasses.replace(ctx.routing or RoutingConfig(), a2a="deepep"))
         self.ctx, self.strategy, self.runtime = ctx, strategy, runtime
@@ -147,11 +197,15 @@ class StepCost:
         copies = float(max(tokens, 1)) * s.ep * m.top_k
         return float(expected_max_loads(self.ctx.routing, m.num_experts, ranks, copies, s.redundant_experts))
 
-    def block_tasks(self, tokens: int, sampled: int) -> dict[str, list[Task]]:
+    def block_tasks(self, tokens: int, sampled: int, decode: bool = False) -> dict[str, list[Task]]:
         """The lowering's tasks of each block (``first``, ``last``, ``p2p``, ``dense_layer``,
         ``moe_layer``) at ``tokens`` tokens and ``sampled`` sampled ones, attention left out (not
-        memoized: :meth:`_blocks` keeps their totals; :mod:`.breakdown` reads them task by task)."""
+        memoized: :meth:`_blocks` keeps their totals; :mod:`.breakdown` reads them task by task).
+        ``decode``: a pure-decode step, whose DeepEP exchanges run the low-latency kernels (SGLang's
+        ``--deepep-mode auto``: low latency for decode batches, normal kernels for batches that extend
+        a prompt; :func:`step_is_decode`)."""
         low = _NoAttention(self.ctx, self._arrays, "prefill", self.w.input_len, self.expert_load(tokens))
+        low.a2a_phase = "decode" if decode else "prefill"
         low.tokens, low.seqs = float(max(tokens, 1)), float(max(sampled, 1))
         low.expert_groups = self.moe_ep
         if self.runtime is not None:  # the runtime's own grouped expert kernels (RuntimeProfile.moe_gemm_efficiency)
@@ -166,15 +220,16 @@ class StepCost:
             blocks["moe_layer"] = low.layer(moe=True)
         return blocks
 
-    def _blocks(self, tokens: int, sampled: int) -> dict[str, tuple[float, int, int]]:
+    def _blocks(self, tokens: int, sampled: int, decode: bool = False) -> dict[str, tuple[float, int, int, dict]]:
         """Each block of the lowering at ``tokens`` tokens and ``sampled`` sampled ones: its GPU seconds,
-        its kernels, and its compute kernels (memoized)."""
-        key = (tokens, sampled)
+        its kernels, its compute kernels, and its communication seconds by group (``tp``, ``ep``,
+        ``pp``; memoized on the two counts and the step's kind)."""
+        key = (tokens, sampled, decode)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         self.lowerings += 1
-        blocks = self.block_tasks(tokens, sampled)
+        blocks = self.block_tasks(tokens, sampled, decode)
 
         def total(tasks):  # the per-pass host task is the runtime profile's business here
             return sum(self.task_s(t) * t.count for t in tasks if t.kind != "host")
@@ -183,30 +238,45 @@ class StepCost:
             return sum(t.count for t in tasks if t.kind != "host" and float(t.time_s) > 0
                        and not (compute_only and t.is_comm))
 
-        out = {name: (total(b), kernels(b), kernels(b, True)) for name, b in blocks.items()}
+        def comm(tasks):
+            out: dict[str, float] = {}
+            for t in tasks:
+                if t.is_comm and t.kind != "host":
+                    out[t.group] = out.get(t.group, 0.0) + self.task_s(t) * t.count
+            return out
+
+        out = {name: (total(b), kernels(b), kernels(b, True), comm(b)) for name, b in blocks.items()}
         self._memo[key] = out
         return out
 
-    def _lowered(self, tokens: int, sampled: int) -> tuple[tuple[float, ...], int, tuple[int, ...]]:
-        """Per-stage GPU seconds of everything but attention, the kernels launched, and the compute
-        kernels of each stage (memoized: a pure function of the two counts, asked once per step)."""
-        key = (tokens, sampled)
+    def _lowered(self, tokens: int, sampled: int, decode: bool = False):
+        """Per-stage GPU seconds of everything but attention, the kernels launched, the compute kernels
+        of each stage, and each stage's communication seconds by group (memoized: a pure function of
+        the two counts and the step's kind, asked once per step)."""
+        key = (tokens, sampled, decode)
         hit = self._stage_memo.get(key)
         if hit is None:
-            hit = self._stage_memo[key] = self._lower_stages(tokens, sampled)
+            hit = self._stage_memo[key] = self._lower_stages(tokens, sampled, decode)
         return hit
 
-    def _lower_stages(self, tokens: int, sampled: int) -> tuple[tuple[float, ...], int, tuple[int, ...]]:
-        s, b, none = self.strategy, self._blocks(tokens, sampled), (0.0, 0, 0)
+    def _lower_stages(self, tokens: int, sampled: int, decode: bool):
+        s, b, none = self.strategy, self._blocks(tokens, sampled, decode), (0.0, 0, 0, {})
         moe_s = self.runtime.moe_layer_s if self.runtime is not None else 0.0
-        times, launches, compute = [], 0, []
+        times, launches, compute, comms = [], 0, [], []
         for p in range(s.pp):
             layers = [(self.dense_layers[p], b.get("dense_layer", none)), (self.moe_layers[p], b.get("moe_layer", none))]
-            edge = ([b["first"]] if p == 0 else []) + [b["last"] if p == s.pp - 1 else b["p2p"]]
-            times.append(sum(n * t for n, (t, _, _) in layers) + sum(t for t, _, _ in edge) + self.moe_layers[p] * moe_s)
-            launches += sum(n * k for n, (_, k, _) in layers) + sum(k for _, k, _ in edge)
-            compute.append(sum(n * c for n, (_, _, c) in layers) + sum(c for _, _, c in edge))
-        return tuple(times), launches, tuple(compute)
+            edge = [(1, b["first"])] if p == 0 else []
+            edge.append((1, b["last"] if p == s.pp - 1 else b["p2p"]))
+            counted = layers + edge
+            times.append(sum(n * blk[0] for n, blk in counted) + self.moe_layers[p] * moe_s)
+            launches += sum(n * blk[1] for n, blk in counted)
+            compute.append(sum(n * blk[2] for n, blk in counted))
+            comm: dict[str, float] = {}
+            for n, blk in counted:
+                for group, t in blk[3].items():
+                    comm[group] = comm.get(group, 0.0) + n * t
+            comms.append(comm)
+        return tuple(times), launches, tuple(compute), tuple(comms)
 
     def draft(self, groups: list[GroupBatch]) -> tuple[float, int]:
         """GPU seconds and kernels of a step's speculative draft passes (:mod:`.speculative`): the
@@ -218,7 +288,7 @@ class StepCost:
         if not k or not busy:
             return 0.0, 0
         g = max(busy, key=lambda g: g.decode_seqs)
-        b = self._blocks(g.decode_seqs, g.decode_seqs)
+        b = self._blocks(g.decode_seqs, g.decode_seqs, True)
         moe = "moe_layer" in b
         layer, last = b["moe_layer" if moe else "dense_layer"], b["last"]
         attn = self.attention_s(GroupBatch([], g.decode_seqs, g.decode_context_sum, g.decode_seqs))
@@ -289,7 +359,7 @@ class StepCost:
             return [0.0] * self.strategy.pp, 0, 0, [0] * self.strategy.pp
         tokens = max(g.tokens for g in busy)
         sampled = max(g.sampled for g in busy)
-        base, launches, compute = self._lowered(tokens, sampled)
+        base, launches, compute, _ = self._lowered(tokens, sampled, step_is_decode(busy))
         per_layer = max(len(g.chunks) + (1 if g.decode_seqs else 0) for g in busy)
         if self.model.is_sparse_attention:  # each attention call is preceded by its indexer's kernels
             per_layer *= 1 + INDEXER_KERNELS
@@ -325,8 +395,55 @@ class StepCost:
         key = tokens if runtime.scheduler == "vllm" else max((g.sequences for g in groups), default=0)
         return runtime.uses_graph(key, any(g.chunks for g in groups))
 
+    def step_key(self, groups: list[GroupBatch]) -> tuple[int, int, bool] | None:
+        """``(tokens, sampled, decode)`` of the busiest group, what the lowering's memo is keyed on
+        (``None`` for a step that runs no tokens)."""
+        busy = [g for g in groups if g.tokens > 0]
+        if not busy:
+            return None
+        return max(g.tokens for g in busy), max(g.sampled for g in busy), step_is_decode(busy)
+
+    def stage_comm(self, groups: list[GroupBatch]) -> list[dict[str, float]]:
+        """Each stage's closed-form communication seconds by group (``tp``, ``ep``, ``pp``): the part of
+        :meth:`stage_times` that the lowering's collectives and exchanges take."""
+        key = self.step_key(groups)
+        if key is None:
+            return [{} for _ in range(self.strategy.pp)]
+        return [dict(c) for c in self._lowered(*key)[3]]
+
     def gpu_times(self, groups: list[GroupBatch], runtime) -> list[float]:
-        """Per-stage GPU seconds of the step under ``runtime`` (a :class:`RuntimeProfile`).
+        """Per-stage GPU seconds of the step under ``runtime`` (:meth:`gpu_parts`), each stage's expert
+        exchanges overlapped with its compute where the runtime runs two-batch overlap
+        (:func:`two_batch_overlap_s` over :meth:`overlap_parts`)."""
+        if not runtime.two_batch_overlap:
+            return self.gpu_parts(groups, runtime)
+        return [two_batch_overlap_s(c, e, n)
+                for (c, e), n in zip(self.overlap_parts(groups, runtime), self.moe_layers, strict=True)]
+
+    def overlap_parts(self, groups: list[GroupBatch], runtime) -> list[tuple[float, float]]:
+        """Each stage's ``(compute, exchanges)`` seconds under two-batch overlap: the step split into two
+        micro-batches (SGLang's TBO splits an extend batch by tokens, a decode batch by sequences), each
+        priced by the lowering at its own half (:func:`batch_halves`), so a memory-bound decode reads its
+        experts' weights twice and its GEMMs run at half the rows; the exchanges are the two micro-batches'
+        dispatches and combines. While an exchange of DeepEP's normal kernels runs it holds
+        ``normal_sms`` of the GPU's SMs (:func:`simcore.moe.deepep.kernel_sms`), so the compute it hides
+        behind runs on the rest (low-latency kernels receive through RDMA hooks and hold none)."""
+        halves = [batch_halves(g) for g in groups]
+        parts = [(self.gpu_parts(h, runtime), self.stage_comm(h)) for h in ([a for a, _ in halves], [b for _, b in halves])]
+        mode = "low_latency" if step_is_decode([g for g in groups if g.tokens > 0]) else "normal"
+        held = kernel_sms(mode) if self.runtime is not None and self.runtime.moe_a2a_backend == "deepep" else 0
+        slow = self.gpu.num_sms / max(self.gpu.num_sms - held, 1)
+        out = []
+        for p in range(self.strategy.pp):
+            exchange = sum(c[p].get("ep", 0.0) for _, c in parts)
+            compute = sum(t[p] - c[p].get("ep", 0.0) for t, c in parts)
+            compute += min(compute, exchange) * (slow - 1.0)  # the overlapped part runs on fewer SMs
+            out.append((compute, exchange))
+        return out
+
+    def gpu_parts(self, groups: list[GroupBatch], runtime) -> list[float]:
+        """Per-stage GPU seconds of the step under ``runtime`` (a :class:`RuntimeProfile`), every
+        operation in turn (no two-batch overlap).
 
         Replaying a CUDA graph, each compute kernel costs ``runtime.graph_kernel_s`` of fixed time
         instead of an isolated kernel's ``GpuSpec.kernel_overhead_s``; outside one, the GPU waits for the

@@ -78,6 +78,9 @@ class Worker:
         # decoding sequences and of the decodes' mean context (what :mod:`.breakdown` prices the mean step at)
         self.decode_steps, self.decode_seqs_sum, self.decode_context_sum = 0, 0.0, 0.0
         self.fast = fast
+        #: a :class:`~simcore.serving.fabric.WorkerFabric` where some of its steps' communication runs as
+        #: flows on the plan's network (set by the cluster before the first step), else None: closed form
+        self.net = None
         env.process(self._loop())
 
     # ------------------------------------------------------------------ requests in
@@ -148,7 +151,7 @@ class Worker:
             times = self._stage_times(picks)
             self.steps += 1
             entered = self.env.event()
-            self.env.process(self._run_step(picks, times, entered))
+            self.env.process(self._run_step(picks, times, entered, self._batches))
             yield entered  # the next step forms once this one left the first stage
 
     def _loop_single_stage(self):
@@ -165,7 +168,10 @@ class Worker:
                 yield from self._host_start(picks)
                 t = sum(self._stage_times(picks))
                 self.steps += 1
-                yield self.env.timeout(t)
+                if self.net is None:
+                    yield self.env.timeout(t)
+                else:  # its communication as flows on the shared network (fabric.py)
+                    t = yield from self.net.run(0, t, self._batches)
                 self.gpu_busy_s += t
                 if self.trace is not None:
                     self.trace.step(self, picks, self.env.now - t, self.env.now)
@@ -175,8 +181,8 @@ class Worker:
 
     def _decode_run(self, picks) -> int:
         """How many identical pure-decode steps may be taken at once (1: take one step normally)."""
-        if self.decode_q > 1:  # speculative decoding: tokens per step differ between steps
-            return 1
+        if self.decode_q > 1 or (self.net is not None and self.net.active):
+            return 1  # speculative decoding: tokens per step differ; flows: each step meets other traffic
         reqs = [r for pick in picks for r, n in pick]
         if any(r.in_prefill for r in reqs) or any(g.waiting and self._may_admit(g) for g in self.groups):
             return 1
@@ -253,6 +259,7 @@ class Worker:
             # a prompt's last chunk samples one token; a decode samples each of its 1 + drafts
             sampled = sum(1 for r, n in pick if r.in_prefill and r.kv_tokens + n >= r.prefill_target)
             batches.append(GroupBatch.of(chunks, decodes, sampled + len(decodes) * self.decode_q, self.decode_q))
+        self._batches = batches
         if not any(b.chunks for b in batches):
             seqs = sum(b.decode_seqs for b in batches)
             if seqs:
@@ -260,7 +267,7 @@ class Worker:
                                     sum(b.decode_context_sum for b in batches) / seqs)
         return self.cost.gpu_times(batches, self.runtime)
 
-    def _run_step(self, picks, times: list[float], entered: simpy.Event):
+    def _run_step(self, picks, times: list[float], entered: simpy.Event, batches=None):
         held = None
         spans = []  # each stage's (start, end), for the trace
         for i, t in enumerate(times):
@@ -269,8 +276,12 @@ class Worker:
             if held is not None:
                 self.stages[i - 1].release(held)
             held = request
-            spans.append((self.env.now, self.env.now + t))
-            yield self.env.timeout(t)
+            begin = self.env.now
+            if self.net is None:
+                yield self.env.timeout(t)
+            else:  # its communication as flows on the shared network (fabric.py)
+                t = yield from self.net.run(i, t, batches)
+            spans.append((begin, begin + t))
             self.gpu_busy_s += t
             if i == 0:  # left the first stage: the next step may enter it
                 entered.succeed()

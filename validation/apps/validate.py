@@ -17,7 +17,17 @@ from omegaconf import DictConfig
 from planner.apps.common import UserError, check_known_keys, cli_errors, config_errors_exit_2, run_dir
 from simcore.files import dumps
 from simcore.hardware.gpus import GPUS
-from validation.studies import collectives, fidelity, inference, kernels, moe, rewrites, serving
+from validation.studies import (
+    collectives,
+    fabric,
+    fidelity,
+    inference,
+    kernels,
+    moe,
+    rewrites,
+    serving,
+    wide_ep,
+)
 from validation.studies.collectives.harness import check_harness
 from validation.studies.rewrites import headline
 from validation.studies.serving.cross_validate import cross_validate
@@ -92,10 +102,23 @@ def _serving(data: Path, out: Path, study) -> dict:
         raise UserError(str(exc)) from exc
 
 
+def _wide_ep(data: Path, out: Path, study) -> dict:
+    try:
+        return wide_ep.run(data, out, study)
+    except ValueError as exc:  # a CSV without the schema's columns: one line, exit 2
+        raise UserError(str(exc)) from exc
+
+
 def _fidelity(out: Path, study) -> dict:
     scenarios = list(study.scenarios) if study.scenarios else None
     summary = fidelity.run(out, scenarios=scenarios, strategies=study.strategies, quick=bool(study.quick))
     return {"study": "fidelity", "headline": summary["headline"], "summary": str(out / "summary.json")}
+
+
+def _fabric(out: Path, study) -> dict:
+    scenarios = list(study.scenarios) if study.scenarios else None
+    summary = fabric.run(out, scenarios=scenarios, quick=bool(study.quick))
+    return {k: v for k, v in summary.items() if k not in ("picks", "plots")} | {"summary": str(out / "summary.json")}
 
 
 def _rewrites(out: Path, study) -> dict:
@@ -112,14 +135,17 @@ STUDIES = {
     "inference": (_inference, "inference_calibration.csv"),
     "moe": (_moe, "ep_alltoall_deepep.csv"),
     "serving": (_serving, "serving_h200_measured.csv"),
+    "wide_ep": (_wide_ep, "wide_ep_published.csv"),
     "fidelity": (_fidelity, None),
     "rewrites": (_rewrites, None),
+    "fabric": (_fabric, None),
 }
 
 #: the ``study`` fields each study reads besides ``name`` and ``data`` (StudyConfig's docstring); another
 #: field changed from its default would be read by nothing, so it is refused
 READS = {"collectives": {"engine", "harness"}, "kernels": {"gpu"}, "inference": set(), "moe": set(),
-         "serving": {"jobs", "cross_validate"}, "fidelity": {"strategies", "scenarios", "quick"}, "rewrites": {"scenarios", "quick"}}
+         "serving": {"jobs", "cross_validate"}, "wide_ep": set(), "fidelity": {"strategies", "scenarios", "quick"}, "rewrites": {"scenarios", "quick"},
+         "fabric": {"scenarios", "quick"}}
 
 
 def _check_read(name: str, study) -> None:

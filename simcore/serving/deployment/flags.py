@@ -22,6 +22,8 @@ runtime profile's value (:mod:`simcore.serving.runtime`, where each field's mean
   the same names.
 - ``moe_a2a_backend``: the expert-parallel dispatch and combine (SGLang ``--moe-a2a-backend``: ``none`` for
   NCCL, ``deepep`` for DeepEP's kernels) -> ``moe_a2a_backend``.
+- ``two_batch_overlap``: SGLang's ``--enable-two-batch-overlap`` (a step's expert all-to-alls hidden behind
+  the other micro-batch's compute) -> ``two_batch_overlap``; refused on the runtimes that have none.
 - ``mamba_ssm_dtype``: the recurrent state's element type of a model's linear-attention layers (SGLang and
   vLLM ``--mamba-ssm-dtype``: ``bf16`` or ``fp32``), a model field rather than a profile's
   (``ModelSpec.linear_state_bytes``: 2 or 4; :meth:`LaunchFlags.model_fields`).
@@ -65,6 +67,7 @@ class LaunchFlags:
     attention_dp_batching_wait_iters: int | None = None
     moe_a2a_backend: str | None = None
     mamba_ssm_dtype: str | None = None
+    two_batch_overlap: bool | None = None
 
     def __post_init__(self) -> None:
         for name, least in (("max_num_batched_tokens", 1), ("cuda_graph_max_bs", 0), ("batch_wait_timeout_iters", 0),
@@ -72,7 +75,7 @@ class LaunchFlags:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
                 raise ServingInputError(f"serving.{name} must be an integer >= {least} (or null), got {v!r}")
-        for name in ("async_scheduling", "deep_gemm_moe", "attention_dp_balance"):
+        for name in ("async_scheduling", "deep_gemm_moe", "attention_dp_balance", "two_batch_overlap"):
             if getattr(self, name) not in (None, True, False):
                 raise ServingInputError(f"serving.{name} must be true, false or null, got {getattr(self, name)!r}")
         ratio = self.batch_wait_max_tokens_ratio
@@ -105,6 +108,9 @@ class LaunchFlags:
         if wrong:
             raise ServingInputError(f"serving.{wrong[0]}: a TensorRT-LLM setting; runtime {profile.name} is "
                                     f"{profile.scheduler}'s")
+        if self.two_batch_overlap and profile.scheduler != "sglang":
+            raise ServingInputError(f"serving.two_batch_overlap: SGLang's --enable-two-batch-overlap; runtime "
+                                    f"{profile.name} ({profile.scheduler}) has none")
         fields = self.profile_fields()
         return profile.with_overrides(**fields) if fields else profile
 

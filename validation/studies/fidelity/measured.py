@@ -11,9 +11,9 @@ both are compared with the measurement (``rel_error = predicted / measured - 1``
   expected load of the benchmark's sampled uniform routing (:func:`validation.studies.moe.predict`,
   what the lowering prices under ``sim.routing.a2a=deepep`` with that routing), simulator = what the per-GPU engine runs for an MoE exchange under
   ``sim.routing.a2a=deepep``: a seeded sampled routing of the row's tokens, exchanged by DeepEP's
-  kernels (:func:`simcore.engine.deepep_exchange.exchange`: the row's mode, normal or low latency, with the
+  kernels (:func:`simcore.moe.deepep_exchange.exchange`: the row's mode, normal or low latency, with the
   row's kernel version's constants) and run as flows on the row's GPUs and rail-optimized InfiniBand
-  topology (:func:`simcore.engine.deepep_exchange.run_exchange`); the same draw priced with DeepEP's per-rank
+  topology (:func:`simcore.moe.deepep_exchange.run_exchange`); the same draw priced with DeepEP's per-rank
   formula (:func:`simcore.moe.deepep.pair_times_s`, column ``sim_deepep``) splits the sampled
   routing's skew (cause ``skew``) from what the flows on the topology add (cause ``flows``);
 - **inference** (``inference_*.csv``): proxy = :func:`simcore.cost.proxy.evaluate`, simulator =
@@ -43,10 +43,10 @@ import simpy
 from simcore.collectives import DEFAULT, Fabric
 from simcore.cost.proxy import evaluate
 from simcore.engine import EngineConfig, simulate
-from simcore.engine.deepep_exchange import exchange, run_exchange
 from simcore.files import dumps
 from simcore.hardware.gpus import get_gpu
 from simcore.moe.deepep import DEFAULT_DEEPEP, pair_times_s
+from simcore.moe.deepep_exchange import exchange, run_exchange
 from simcore.moe.draws import draw_copies
 from simcore.network.flownet import FlowNetwork
 from topologies import build_topology
@@ -116,7 +116,7 @@ def _constants(case):
 
 def _flow_deepep(case, pair_tokens: np.ndarray) -> float:
     """The engine's DeepEP exchange of ``pair_tokens`` copies on the row's GPUs, run as flows on its
-    rail-optimized InfiniBand topology (:func:`simcore.engine.deepep_exchange.run_exchange`; seconds)."""
+    rail-optimized InfiniBand topology (:func:`simcore.moe.deepep_exchange.run_exchange`; seconds)."""
     nodes = max(1, case.ep // case.ranks_per_node)
     gpu = {"h800": "h800", "h200": "h200"}.get(case.gpu, "h100")
     graph = build_topology(f"{gpu}-ib-rail", num_nodes=nodes)

@@ -5,7 +5,8 @@
 up to 512 clients) fall into groups, one per (model, runtime profile); DeepSeek-V3's rows join DeepSeek-R1's
 (they are InferenceX's DeepSeek-R1 runs, many the very same measurements). For each group, what
 ``python -m validation.studies.serving.fit`` fits for that runtime (:func:`.fit.fit_host`: ``step_host_s`` and
-``step_host_per_seq_s`` on TPOT, then ``request_s`` on TTFT) is fitted again on the runtime's other groups
+``step_host_per_seq_s`` on TPOT, then the request path, ``request_s`` and ``tokenize_s_per_token``, on
+TTFT) is fitted again on the runtime's other groups
 only, and the group's rows are predicted with it: simulated as the study simulates them, under the
 runtime's profile with those values. Per group: the median ``|relative error|`` of TPOT and of TTFT over
 its rows so predicted (``tpot``, ``ttft``); the same read as the fit reads a row (``retimed_tpot``,
@@ -49,7 +50,7 @@ from simcore.files import dumps
 from simcore.serving import get_runtime
 from validation.studies.serving import duplicates, load_cases, measurement_key, simulate_case, split_of
 from validation.studies.serving.fit import fit_host, host_rows
-from validation.studies.serving.host_replay import HOST_FIELDS, Recording, record_rows, retime
+from validation.studies.serving.host_replay import HOST_FIELDS, Recording, record_rows, request_path_s, retime
 from validation.studies.serving.journal import fingerprint, simulate_rows
 
 __all__ = ["cross_validate", "group_of", "predict", "SAME_MODEL"]
@@ -65,12 +66,13 @@ def group_of(case) -> str:
 
 def predict(rows: list, constants: dict) -> dict:
     """Median ``|relative error|`` of TPOT and TTFT over ``rows`` (``(case, Recording)`` pairs) re-timed under
-    ``constants`` (``step_host_s``, ``step_host_per_seq_s``, ``request_s``; module doc)."""
+    ``constants`` (``step_host_s``, ``step_host_per_seq_s``, ``request_s``, ``tokenize_s_per_token``; module doc)."""
     errs = {"tpot": [], "ttft": []}
     for case, rec in rows:
         ttft, tpot = retime(rec, constants["step_host_s"], constants["step_host_per_seq_s"])
         errs["tpot"].append(abs(tpot * 1e3 / float(case.row["silicon_tpot_ms"]) - 1))
-        errs["ttft"].append(abs((ttft + constants["request_s"]) * 1e3 / float(case.row["silicon_ttft_ms"]) - 1))
+        path = request_path_s(rec, constants["request_s"], constants["tokenize_s_per_token"])
+        errs["ttft"].append(abs((ttft + path) * 1e3 / float(case.row["silicon_ttft_ms"]) - 1))
     return {k: float(np.nanmedian(v)) if v else math.nan for k, v in errs.items()}
 
 
@@ -115,7 +117,7 @@ def _predictions(folds: dict, groups: dict, data: Path, out: Path, jobs: int | N
 
 
 def _constants(fit: dict) -> dict:
-    return {k: fit[k] for k in ("step_host_s", "step_host_per_seq_s", "request_s")} | {"ttft_client": fit["ttft_client"]}
+    return {k: fit[k] for k in HOST_FIELDS} | {"ttft_client": fit["ttft_client"]}
 
 
 def _recorded(data: Path, out: Path, jobs: int | None) -> tuple[dict[str, list], int]:
@@ -198,4 +200,4 @@ def _pct(x) -> str:
 
 def _describe(fit: dict) -> str:
     return (f"{fit['step_host_s'] * 1e3:g} ms + {fit['step_host_per_seq_s'] * 1e6:g} us/seq, request "
-            f"{fit['request_s'] * 1e3:g} ms ({fit['ttft_client']} rows)")
+            f"{fit['request_s'] * 1e3:g} ms + {fit['tokenize_s_per_token'] * 1e6:g} us/prompt token ({fit['ttft_client']} rows)")

@@ -59,14 +59,31 @@ def explain(case, overrides: dict | None = None) -> dict:
     steps = decode_step_breakdowns(case.ctx, case.plan, case.plan.runtime_for(runtime), result)
     return {"set": split_of(case.row), "plan": case.plan.describe(), "runtime": runtime.name,
             "measured_tpot_ms": float(case.row["silicon_tpot_ms"]), "sim_tpot_ms": result.metrics.tpot_s["mean"] * 1e3,
+            "ttft_ms": _ttft_parts(case, runtime, result.metrics.ttft_s["mean"]),
             "steps": {role: b.to_ms_dict() | {"gpu_busy_share": result.pool_stats[role]["gpu_busy_share"],
                                               "mean_decode_context": result.pool_stats[role]["mean_decode_context"]}
                       for role, b in steps.items()}}
 
 
+def _ttft_parts(case, runtime, sim_ttft_s: float) -> dict:
+    """The mean TTFT in ms as the simulation splits it: the request path's fixed latency and its prompt
+    tokenization (at the mean drawn prompt, :meth:`RuntimeProfile.request_path_s`), the rest simulated
+    (queueing, waiting for the step in progress, prefill steps), and what the measurement holds beyond
+    the simulation (``unexplained``: negative where it simulates longer)."""
+    prompt = serving_config(case).input_len.mean
+    fixed, tokenize = runtime.request_s * 1e3, runtime.tokenize_s_per_token * prompt * 1e3
+    measured, simulated = float(case.row["silicon_ttft_ms"]), sim_ttft_s * 1e3
+    return {"measured": measured, "simulated": simulated, "request_fixed": fixed, "tokenization": tokenize,
+            "scheduler_and_prefill": simulated - fixed - tokenize, "unexplained": measured - simulated}
+
+
 def _print(row_id: str, out: dict) -> None:
     print(f"\n{row_id} ({out['set']} set): {out['runtime']}, {out['plan']}")
     print(f"  TPOT measured {out['measured_tpot_ms']:.2f} ms, simulated {out['sim_tpot_ms']:.2f} ms")
+    t = out["ttft_ms"]
+    print(f"  TTFT measured {t['measured']:.1f} ms, simulated {t['simulated']:.1f} ms: request path "
+          f"{t['request_fixed']:.1f} ms + tokenization {t['tokenization']:.1f} ms + scheduler and prefill "
+          f"{t['scheduler_and_prefill']:.1f} ms; unexplained {t['unexplained']:+.1f} ms")
     for role, step in out["steps"].items():
         print(f"  {'pool' if role == 'both' else role + ' pool'}: mean decode step of {step['sequences']} "
               f"sequences at {step['mean_decode_context']:,.0f} tokens of context, GPUs busy "

@@ -12,16 +12,20 @@ simulation with the candidate constants and no request path gives; :func:`fit_ho
    streaming), jointly on the grids :data:`GRID_S` x :data:`GRID_PER_SEQ_S`, to minimise the median of
    ``|log(simulated / measured)|`` of the rows' mean TPOT (the host time per step sets TPOT; TTFT is mostly
    queueing); ties go to the smaller value;
-2. then its request path, ``RuntimeProfile.request_s`` (HTTP, tokenization, hand-off to the scheduler, the
-   first token's way back), on :data:`GRID_REQUEST_S`, on the median ``|log|`` error of the mean TTFT of
-   the rows measured by the client the study simulates: InferenceX's (rows at its lengths,
-   :data:`validation.studies.serving.launch.HARNESS_LENGTHS`; every row where the runtime has none of
-   them). The other fit rows (aiconfigurator's own sweeps, ISL 1000-8000) come from a client whose
-   warm-up, ramp and TTFT definition are not documented, so their TTFT cannot tell the request path from
-   the client's. It adds to every TTFT, so the grid is scored on ``simulated without it + request_s``: a
-   reading, not the simulation (the study's full runs simulate the delay; a request that reaches the
-   scheduler mid-step waits for the step's end, which weighs on short requests at few clients: 2 vLLM
-   clients of 16-token requests, 30 ms, read 23% short).
+2. then its request path (:meth:`simcore.serving.runtime.RuntimeProfile.request_path_s`): the fixed latency
+   ``request_s`` (HTTP, hand-off to the scheduler, the first token's way back) and the prompt's
+   tokenization per token ``tokenize_s_per_token``, jointly on :data:`GRID_REQUEST_S` x
+   :data:`GRID_TOKENIZE_S_PER_TOKEN`, each bounded by what that mechanism can take (50 ms, 4 us a token:
+   TTFT beyond stays the simulation's error, shown as such, never absorbed by a longer path), on the
+   median ``|log|`` error of the mean TTFT of the rows measured by the client the study simulates:
+   InferenceX's (rows at its lengths, :data:`validation.studies.serving.launch.HARNESS_LENGTHS`; every row
+   where the runtime has none of them). The other fit rows (aiconfigurator's own sweeps, ISL 1000-8000)
+   come from a client whose warm-up, ramp and TTFT definition are not documented, so their TTFT cannot
+   tell the request path from the client's. It adds to every TTFT, so the grid is scored on ``simulated
+   without it + request_s + tokenize_s_per_token x mean prompt``: a reading, not the simulation (the
+   study's full runs simulate the delay; a request that reaches the scheduler mid-step waits for the
+   step's end, which weighs on short requests at few clients: 2 vLLM clients of 16-token requests, 30 ms,
+   read 23% short).
 
 TensorRT-LLM's small all-reduce kernel's fixed latency (``custom_ar_s``, which it takes for one-shot and
 two-shot alike: no published timing of its fused kernel; vLLM's and SGLang's two latencies are fitted on
@@ -59,20 +63,26 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.apps.common import atomic_write_text
 from simcore.files import dumps
 from simcore.serving import get_runtime
 from validation.studies.common.cli import BadInput, count, run_script
 from validation.studies.serving import FIT_MODELS, duplicates, load_cases, simulate_case, split_of
-from validation.studies.serving.host_replay import Recording, record_rows, retime
+from validation.studies.serving.host_replay import Recording, record_rows, request_path_s, retime
 from validation.studies.serving.journal import fingerprint
 from validation.studies.serving.launch import HARNESS_LENGTHS
 
-__all__ = ["main", "fit_host", "fit_request", "host_rows", "GRID_S", "GRID_PER_SEQ_S", "GRID_REQUEST_S"]
+__all__ = ["main", "fit_host", "fit_request", "host_rows", "GRID_S", "GRID_PER_SEQ_S", "GRID_REQUEST_S",
+           "GRID_TOKENIZE_S_PER_TOKEN"]
 
 GRID_S = (0.0, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3, 9e-3, 12e-3)
 GRID_PER_SEQ_S = (0.0, 10e-6, 20e-6, 40e-6, 60e-6, 90e-6, 120e-6)
 GRID_CUSTOM_AR_S = (3e-6, 6e-6, 9e-6, 14e-6, 20e-6)
-GRID_REQUEST_S = (0.0, 10e-3, 20e-3, 30e-3, 45e-3, 60e-3, 80e-3, 100e-3, 130e-3, 160e-3, 200e-3, 250e-3, 300e-3)
+#: the request path's fixed latency (HTTP, hand-off to the scheduler, the first chunk's way back): up to
+#: 50 ms, what an HTTP server and an inter-process hand-off take; TTFT beyond it stays the simulation's error
+GRID_REQUEST_S = (0.0, 5e-3, 10e-3, 15e-3, 20e-3, 30e-3, 40e-3, 50e-3)
+#: the prompt's tokenization per token: up to 4 us, a slow tokenizer path (a fast one takes ~0.2-2 us)
+GRID_TOKENIZE_S_PER_TOKEN = (0.0, 0.5e-6, 1e-6, 2e-6, 4e-6)
 GRID_MOE_EFFICIENCY = (1.0, 0.85, 0.7, 0.5, 0.35)
 GRID_MOE_LAYER_S = (0.0, 25e-6, 50e-6, 75e-6, 100e-6, 125e-6, 150e-6)
 GRID_MOE_GEMM_EFFICIENCY = (0.7, 0.5, 0.35, 0.25, 0.18, 0.12)
@@ -92,17 +102,20 @@ def host_rows(cases: list, backend: str) -> list:
 
 
 def fit_request(rows: list, step_host_s: float, step_host_per_seq_s: float) -> dict:
-    """``request_s`` on :data:`GRID_REQUEST_S` (module doc, step 2) over ``rows`` (``(case, Recording)``
-    pairs) at the given host constants: the median ``|log|`` error of TTFT on the InferenceX rows among
-    them, on every row where there is none (``ttft_client`` says which)."""
+    """The request path, ``request_s`` and ``tokenize_s_per_token`` jointly on :data:`GRID_REQUEST_S` x
+    :data:`GRID_TOKENIZE_S_PER_TOKEN` (module doc, step 2), over ``rows`` (``(case, Recording)`` pairs) at
+    the given host constants: the median ``|log|`` error of TTFT on the InferenceX rows among them, on
+    every row where there is none (``ttft_client`` says which); ties go to the smaller values."""
     harness = [(c, r) for c, r in rows if c.isl in HARNESS_LENGTHS and c.osl in HARNESS_LENGTHS]
     client, use = ("harness", harness) if harness else ("any", rows)
     base = np.array([retime(r, step_host_s, step_host_per_seq_s)[0] for _, r in use])
+    prompt = np.array([request_path_s(r, 0.0, 1.0) for _, r in use])  # mean prompt tokens of each row
     measured = np.array([float(c.row["silicon_ttft_ms"]) * 1e-3 for c, _ in use])
-    scores = {v: _median_abs_log(base + v, measured) for v in GRID_REQUEST_S}
-    best = min(scores, key=scores.get)
-    return {"request_s": best, "ttft_median_abs_log_error": scores[best], "ttft_rows": len(use),
-            "ttft_client": client, "ttft_scores": scores}
+    scores = {(v, k): _median_abs_log(base + v + k * prompt, measured)
+              for v in GRID_REQUEST_S for k in GRID_TOKENIZE_S_PER_TOKEN}
+    (request_s, tokenize_s), score = min(scores.items(), key=lambda kv: kv[1])  # first of equals: the smaller
+    return {"request_s": request_s, "tokenize_s_per_token": tokenize_s, "ttft_median_abs_log_error": score,
+            "ttft_rows": len(use), "ttft_client": client, "ttft_scores": scores}
 
 
 def fit_host(rows: list) -> dict:
@@ -278,8 +291,9 @@ def _print_host(backend: str, fit: dict) -> None:
     for s in GRID_S:
         print(f"{backend:9s} step_host_s {s * 1e3:4g} ms, per sequence " + "  ".join(
             f"{q * 1e6:g}us:{fit['scores'][s, q]:.3f}" for q in GRID_PER_SEQ_S), flush=True)
-    print(f"{backend:9s} request_s            " + "  ".join(f"{v * 1e3:g}ms:{e:.3f}"
-                                                           for v, e in fit["ttft_scores"].items()), flush=True)
+    for k in GRID_TOKENIZE_S_PER_TOKEN:
+        print(f"{backend:9s} tokenize {k * 1e6:g} us/token, request_s " + "  ".join(
+            f"{v * 1e3:g}ms:{fit['ttft_scores'][v, k]:.3f}" for v in GRID_REQUEST_S), flush=True)
 
 
 def _fit_runtime(mine: list, backend: str, args) -> dict:
@@ -315,6 +329,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--runtimes", nargs="+", choices=_RUNTIMES, default=list(_RUNTIMES),
                         help="fit these runtime profiles only (the others keep their values)")
     parser.add_argument("--jobs", type=count, default=2, help="processes (>= 1)")
+    parser.add_argument("--write", type=Path, default=None,
+                        help="also write the fitted values as JSON there (the shipped request path: "
+                             "validation/data/serving_request_path_fit.json, held equal to the profiles by a test)")
     parser.add_argument("--out", type=Path, default=Path("outputs/fit_serving"),
                         help="where each row's recording is journaled (module doc)")
     args = parser.parse_args(argv)
@@ -334,8 +351,11 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{backend}: step_host_s = {found['step_host_s'] * 1e3:g} ms, step_host_per_seq_s = "
               f"{found['step_host_per_seq_s'] * 1e6:g} us (median |log error| of TPOT "
               f"{found.get('median_abs_log_error', math.nan):.3f} on {found.get('rows', 0)} rows); request_s = "
-              f"{found['request_s'] * 1e3:g} ms ({found['ttft_rows']} {found['ttft_client']} rows, TTFT "
+              f"{found['request_s'] * 1e3:g} ms, tokenize_s_per_token = {found['tokenize_s_per_token'] * 1e6:g} us "
+              f"({found['ttft_rows']} {found['ttft_client']} rows, TTFT "
               f"{found['ttft_median_abs_log_error']:.3f})", flush=True)
+    if args.write:
+        atomic_write_text(args.write, dumps(fitted, indent=2) + "\n")
     print(dumps(fitted))
     return fitted
 

@@ -37,11 +37,11 @@ import numpy as np
 
 from simcore.serving import simulate_serving
 
-__all__ = ["NotReplayable", "Recording", "record", "record_rows", "retime", "HOST_FIELDS"]
+__all__ = ["NotReplayable", "Recording", "record", "record_rows", "retime", "request_path_s", "HOST_FIELDS"]
 
 #: the runtime-profile fields a recording is re-timed under (the rest are the recording's own)
-HOST_FIELDS = ("step_host_s", "step_host_per_seq_s", "request_s")
-_ARRAYS = ("gpu_s", "seqs", "sent", "first", "finish", "tokens")
+HOST_FIELDS = ("step_host_s", "step_host_per_seq_s", "request_s", "tokenize_s_per_token")
+_ARRAYS = ("gpu_s", "seqs", "sent", "first", "finish", "tokens", "prompt")
 
 
 class NotReplayable(ValueError):
@@ -53,7 +53,7 @@ class Recording:
     """One simulated run's steps and requests (module doc). Per step: ``gpu_s`` its GPU time, ``seqs`` the
     sequences its busiest attention group ran; per measured request: ``sent`` the step at whose end it was
     sent (-1: at the start), ``first`` and ``finish`` the steps that emitted its first and last token,
-    ``tokens`` its output length; ``overlap``: whether the host overlaps the GPU."""
+    ``tokens`` its output length, ``prompt`` its prompt's; ``overlap``: whether the host overlaps the GPU."""
 
     gpu_s: np.ndarray
     seqs: np.ndarray
@@ -61,6 +61,7 @@ class Recording:
     first: np.ndarray
     finish: np.ndarray
     tokens: np.ndarray
+    prompt: np.ndarray
     overlap: bool
 
     def save(self, path: Path) -> None:
@@ -88,6 +89,12 @@ def retime(rec: Recording, step_host_s: float, step_host_per_seq_s: float) -> tu
     many = rec.tokens > 1
     tpot = (end[rec.finish[many]] - end[rec.first[many]]) / (rec.tokens[many] - 1)
     return (float(ttft.mean()) if ttft.size else math.nan, float(tpot.mean()) if tpot.size else math.nan)
+
+
+def request_path_s(rec: Recording, request_s: float, tokenize_s_per_token: float) -> float:
+    """The mean request path over the recorded requests (:meth:`RuntimeProfile.request_path_s`: the fixed
+    latency plus the tokenization of each prompt), as the fit adds it to a re-timed TTFT (:mod:`.fit`)."""
+    return request_s + tokenize_s_per_token * (float(rec.prompt.mean()) if rec.prompt.size else 0.0)
 
 
 class _Recorder:
@@ -159,6 +166,7 @@ class _Recorder:
                          sent=sent, first=step_of([r.first_token_s for r in reqs]),
                          finish=step_of([r.finish_s for r in reqs]),
                          tokens=np.asarray([r.output_len for r in reqs], dtype=float),
+                         prompt=np.asarray([r.input_len for r in reqs], dtype=float),
                          overlap=bool(self.runtime.overlap_host))
 
 

@@ -190,11 +190,12 @@ def _routes(network, src: str, dst: str, key: int) -> list[tuple[tuple[str, str]
     return [((src, v), (v, dst)) for v in alternatives]
 
 
-def _program(network, ex: Exchange):
+def _program(network, ex: Exchange, spread: bool = True):
     """``[(wait, groups, fill, path)]`` for :func:`~simcore.collectives.flows._execute`: after the
-    fixed cost less the longest path latency, every flow at once, each spread over the bandwidth time."""
+    fixed cost less the longest path latency, every flow at once, each spread over the bandwidth time
+    (``spread``: a pair crossing a spine over every spine, else on its own route)."""
     cache = _PROGRAMS.setdefault(network, {})
-    program = cache.get(ex)
+    program = cache.get((ex, spread))
     if program is not None:
         return program
     capacity = network.capacity  # derated bytes/s per link
@@ -210,7 +211,7 @@ def _program(network, ex: Exchange):
             if not path:
                 continue
             wire = capacity[path[0]] / rate  # DeepEP's rate fills the sender's link
-            routes = _routes(network, src, dst, key)
+            routes = _routes(network, src, dst, key) if spread else [((src, dst),)]
             size = float(tokens[a, b]) * ex.token_bytes * wire / len(routes)
             chains, keys = by_size.setdefault(size, ([], []))
             for legs in routes:
@@ -226,17 +227,20 @@ def _program(network, ex: Exchange):
     program = [(max(ex.fixed_s - max_path, 0.0), groups, 0.0, max_path)]
     if len(cache) >= _MAX_PROGRAMS:
         cache.clear()
-    cache[ex] = program
+    cache[(ex, spread)] = program
     return program
 
 
-def run_exchange(env: simpy.Environment, network, ex: Exchange, constants=None, fabric: Fabric | None = None):
+def run_exchange(env: simpy.Environment, network, ex: Exchange, constants=None, fabric: Fabric | None = None,
+                 spread: bool = True):
     """Process: ``ex`` as flows on ``network`` (module docstring); value: elapsed seconds. A network
-    whose links were never derated gets NCCL's link efficiencies first (as every collective's flows)."""
+    whose links were never derated gets NCCL's link efficiencies first (as every collective's flows).
+    ``spread=False`` keeps each pair on its own ECMP route (a fifth of the flows on a rail fabric: the
+    serving simulator's choice, :mod:`simcore.serving.fabric`)."""
     if len(ex.ranks) <= 1 or ex.time_s <= 0:
         return 0.0
     if network.link_efficiency is None:
         graph = network.graph
         constants = constants or DEFAULT
         network.set_link_efficiency(nccl_link_efficiency(graph, constants, fabric or Fabric.from_topology(graph)))
-    return (yield from _execute(env, network, _program(network, ex), ("all_to_all", f"deepep_{ex.mode}", "simple")))
+    return (yield from _execute(env, network, _program(network, ex, spread), ("all_to_all", f"deepep_{ex.mode}", "simple")))
