@@ -74,7 +74,7 @@ def test_the_host_fit_recovers_the_host_constants_and_request_path_rows_were_mad
     """Two small vLLM (synchronous) fit rows simulated with 4 ms + 20 us per sequence of host time per step,
     their TTFT 30 ms longer (a request path, as the fit reads one): the fit, which simulates each row once and
     re-times it, finds all three."""
-    made_with = {"step_host_s": 4e-3, "step_host_per_seq_s": 20e-6, "request_s": 0.0}
+    made_with = {"step_host_s": 4e-3, "step_host_per_seq_s": 20e-6, "request_s": 0.0, "tokenize_s_per_token": 0.0}
     rows = []
     for clients, osl in ((2, 16), (24, 24)):
         row = {**_BASE_FIT, "id": f"c{clients}", "osl": str(osl),

@@ -44,7 +44,7 @@ def test_a_recorded_run_retimed_is_the_simulation_with_those_host_constants(row)
     rec = record(case)
     for step_s, per_seq_s in ((0.0, 0.0), (3e-3, 10e-6), (12e-3, 120e-6), (0.4e-3, 250e-6)):
         runtime = get_runtime(case.runtime).with_overrides(step_host_s=step_s, step_host_per_seq_s=per_seq_s,
-                                                           request_s=0.0)
+                                                           request_s=0.0, tokenize_s_per_token=0.0)
         ttft, tpot, why = simulate_case(case, runtime)
         assert not why
         assert retime(rec, step_s, per_seq_s) == pytest.approx((ttft, tpot), rel=1e-9)
@@ -81,7 +81,8 @@ def _made(rows: list[dict], made_with: dict) -> list[dict]:
     out = []
     for row in rows:
         case = map_row(row)
-        ttft, tpot, why = simulate_case(case, get_runtime(case.runtime).with_overrides(request_s=0.0, **made_with))
+        ttft, tpot, why = simulate_case(case, get_runtime(case.runtime).with_overrides(request_s=0.0,
+                                                                                   tokenize_s_per_token=0.0, **made_with))
         assert not why
         out.append(dict(row, silicon_ttft_ms=str((ttft + 30e-3) * 1e3), silicon_tpot_ms=str(tpot * 1e3)))
     return out

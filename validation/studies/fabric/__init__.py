@@ -1,7 +1,7 @@
 """When does the fabric change the plan? ``shard-validate study=fabric [study.quick=true] [study.scenarios=[...]]``.
 
-For each case (:mod:`.cases`: DeepSeek-V3 on SGLang with DeepEP on 4, 8 and 16 H100 nodes; Llama-3.1-70B on
-vLLM on 4 nodes) and each fabric (rail-optimized InfiniBand, a 2:1 and a 4:1 oversubscribed fat tree, RoCE,
+For each case (:mod:`.cases`: DeepSeek-V3 on SGLang with DeepEP on 4 and 8 H100 nodes, 16 when named;
+Llama-3.1-70B on vLLM on 4 nodes) and each fabric (rail-optimized InfiniBand, a 2:1 and a 4:1 oversubscribed fat tree, RoCE,
 EFA), every candidate plan is served at each load under the proxy and under the simulator
 (:mod:`.compare`); the proxy's pick and the simulator's pick are both judged by the simulator. Writes into
 the run dir:
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import simcore
 from simcore.files import atomic_write_json, atomic_write_text, dumps
-from validation.studies.fabric.cases import CASES, FABRICS, QUICK_CASES
+from validation.studies.fabric.cases import CASES, DEFAULT_CASES, FABRICS, QUICK_CASES
 from validation.studies.fabric.compare import evaluate_case, pick
 from validation.studies.fabric.report import markdown, picks_csv, plot
 
@@ -37,7 +37,7 @@ __all__ = ["run"]
 
 def _cases(names, quick: bool):
     known = {c.name: c for c in CASES}
-    names = list(names) if names else list(QUICK_CASES if quick else known)
+    names = list(names) if names else list(QUICK_CASES if quick else DEFAULT_CASES)
     bad = [n for n in names if n not in known]
     if bad:
         raise ValueError(f"unknown case {bad[0]!r}; choose from {', '.join(known)}")

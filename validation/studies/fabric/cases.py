@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Case", "Fabric", "FABRICS", "CASES", "QUICK_CASES"]
+__all__ = ["Case", "Fabric", "FABRICS", "CASES", "DEFAULT_CASES", "QUICK_CASES"]
 
 
 @dataclass(frozen=True)
@@ -71,5 +71,8 @@ CASES = (
     Case("deepseek-v3-16node", nodes=16, **(_DEEPSEEK | {"ep": (32, 64, 128), "loads": (16,)})),
     Case("llama-3.1-70b-4node", nodes=4, **_LLAMA),
 )
+#: what ``shard-validate study=fabric`` runs; ``deepseek-v3-16node`` (a minute a simulation on 2 cores,
+#: about an hour for its five fabrics) runs when named: ``study.scenarios=[deepseek-v3-16node]``
+DEFAULT_CASES = ("deepseek-v3-4node", "deepseek-v3-8node", "llama-3.1-70b-4node")
 #: ``study.quick``: the smallest cluster of each model at its middle load
 QUICK_CASES = ("deepseek-v3-4node", "llama-3.1-70b-4node")
