@@ -117,7 +117,7 @@ def _breakdown_table(title: str, steps: dict, stats: dict, mode: str):
     table.add_row("host time", *(f"{steps[r].host_s * 1e3:,.3f}" for r in roles))
     table.add_row("step (what sets it)", *(f"{steps[r].step_s * 1e3:,.3f} ({steps[r].bound})" for r in roles))
     if any(stats[r].get("network_wait_s_per_step", 0.0) > 0 for r in roles):  # measured, beyond the closed form
-        table.add_row("+ waiting on the network (run mean)",
+        table.add_row("+ waiting on the network (mean of all steps)",
                       *(f"{stats[r].get('network_wait_s_per_step', 0.0) * 1e3:,.3f}" for r in roles))
     table.add_row("sequences x mean context",
                   *(f"{steps[r].sequences} x {stats[r]['mean_decode_context']:,.0f}" for r in roles))

@@ -89,7 +89,8 @@ def run(out: Path, scenarios=None, quick: bool = False, log=print) -> dict:
                                                         "proxy_pick_sim_goodput", "sim_pick_sim_goodput", "regret",
                                                         "gain_over_proxy_pick")},
                "picks_differ": sum(p["proxy_pick"] != p["sim_pick"] for p in picks), "settings": len(picks),
-               "fabrics_with_gain_5pct": sorted({p["fabric"] for p in picks if p["gain_over_proxy_pick"] >= 0.05})}
+               "fabrics_with_gain_5pct": ", ".join(sorted({p["fabric"] for p in picks
+                                                           if p["gain_over_proxy_pick"] >= 0.05})) or "none"}
     atomic_write_json(out / "summary.json", summary)
     log(markdown(picks))
     return summary

@@ -103,8 +103,9 @@ def pick(rows: list[dict]) -> dict:
            "proxy_pick": by_proxy["plan"], "sim_pick": by_sim["plan"], "proxy_pick_sim_goodput": got,
            "sim_pick_sim_goodput": best, "proxy_pick_proxy_goodput": by_proxy["proxy"]["goodput"],
            "regret": regret, "gain_over_proxy_pick": best / got - 1.0 if got > 0 else (math.inf if best > 0 else 0.0)}
-    network = by_sim["sim"].get("network")
-    if network:
-        out["binding"] = {k: network.get(k) for k in ("busiest_link", "busiest_tier", "busiest_utilization",
-                                                      "network_wait_share", "flows")}
+    for key, row in (("binding", by_sim), ("proxy_pick_binding", by_proxy)):  # the links each pick waits on
+        network = row["sim"].get("network")
+        if network:
+            out[key] = {k: network.get(k) for k in ("busiest_link", "busiest_utilization", "network_wait_share",
+                                                    "flows")}
     return out

@@ -14,13 +14,15 @@ _COLUMNS = ("case", "fabric", "load", "proxy_pick", "sim_pick", "proxy_pick_prox
             "sim_pick_sim_goodput", "regret", "gain_over_proxy_pick")
 
 
-def _binding(p: dict) -> str:
-    b = p.get("binding")
+def _binding(p: dict, key: str = "binding") -> str:
+    b = p.get(key)
     if not b or not b.get("busiest_link"):
         return "-"
     share = b.get("network_wait_share")
     util = b.get("busiest_utilization")
-    return (f"{b.get('busiest_tier', '?')} {b['busiest_link']}"
+    link = b["busiest_link"]
+    tier = "leaf-spine" if "spine" in link else ("NIC" if "nic" in link else "NVLink")
+    return (f"{tier} {link}"
             + (f" at {util:.0%}" if isinstance(util, float) else "")
             + (f", {share:.0%} of step on network" if isinstance(share, float) else ""))
 
@@ -28,20 +30,21 @@ def _binding(p: dict) -> str:
 def picks_csv(picks: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow([*_COLUMNS, "binding"])
+    w.writerow([*_COLUMNS, "binding", "proxy_pick_binding"])
     for p in picks:
-        w.writerow([p[c] for c in _COLUMNS] + [_binding(p)])
+        w.writerow([p[c] for c in _COLUMNS] + [_binding(p), _binding(p, "proxy_pick_binding")])
     return buf.getvalue()
 
 
 def markdown(picks: list[dict]) -> str:
     lines = ["| case | fabric | clients/GPU | proxy's pick | simulator's pick | goodput of proxy's pick (sim) | "
-             "goodput of sim's pick (sim) | gain | binding (sim's pick) |", "|---|---|---|---|---|---|---|---|---|"]
+             "goodput of sim's pick (sim) | gain | binding (sim's pick) | binding (proxy's pick) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for p in picks:
         lines.append(f"| {p['case']} | {p['fabric']} | {p['load']} | {p['proxy_pick']} | "
                      f"{'same' if p['sim_pick'] == p['proxy_pick'] else p['sim_pick']} | "
                      f"{p['proxy_pick_sim_goodput']:.1f} | {p['sim_pick_sim_goodput']:.1f} | "
-                     f"{p['gain_over_proxy_pick']:+.1%} | {_binding(p)} |")
+                     f"{p['gain_over_proxy_pick']:+.1%} | {_binding(p)} | {_binding(p, 'proxy_pick_binding')} |")
     return "\n".join(lines) + "\n"
 
 
