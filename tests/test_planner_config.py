@@ -120,3 +120,18 @@ def test_every_field_of_every_schema_says_what_it_is():
         for name in schema.__dict__.get("__annotations__", {}):
             line = next(ln for ln in source if ln.strip().startswith(f"{name}:"))
             assert "#" in line and line.split("#", 1)[1].strip(), f"{schema.__name__}.{name} has no comment"
+
+
+def test_the_serving_schema_carries_every_launch_flag_with_its_type():
+    """The ``serving`` node mirrors simcore's LaunchFlags field for field (the schema documents each flag for
+    the command line; ``build_serving_config`` reads them by LaunchFlags' names), so a flag added to one and
+    not the other fails here, not at a user's command."""
+    import dataclasses
+
+    from planner.serving.config import ServingAppConfig
+    from simcore.serving.deployment import LaunchFlags
+
+    schema = {f.name: f.type for f in dataclasses.fields(ServingAppConfig)}
+    for f in dataclasses.fields(LaunchFlags):
+        assert f.name in schema, f.name
+        assert str(schema[f.name]).replace(" ", "") == str(f.type).replace(" ", ""), f.name

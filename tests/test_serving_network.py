@@ -142,3 +142,25 @@ def test_shard_sim_refuses_two_batch_overlap_on_vllm_with_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith("error: serving.two_batch_overlap"), proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+def test_where_nothing_is_shared_the_skipped_flows_would_give_the_closed_form(ctx, monkeypatch):
+    """The fast path: a kind whose links nobody else uses keeps its closed form and skips the flow solver.
+    Forced onto the network (every kind with links), the same loaded run gives the same figures, so the
+    skip changes nothing where it is taken. One EP32 worker on four nodes under one leaf of a fat tree."""
+    from simcore.serving import fabric
+
+    plan = ServingPlan("agg", pool=Pool(runtime_strategy(tp=1, ep=32), 1, 256))
+    graph = build_topology("h100-ib-fattree", num_nodes=4)
+    skipped = simulate_serving(ctx, plan, _cfg(48, 24), graph=graph)
+    assert skipped.feasible and skipped.network["flows"] == 0  # nothing shared: closed form, no flow solver
+
+    def everything(self, others):
+        for (kind, p), sets in self.links.items():
+            if set().union(*sets):
+                self.kinds[p].add(kind)
+
+    monkeypatch.setattr(fabric.WorkerFabric, "decide", everything)
+    forced = simulate_serving(ctx, plan, _cfg(48, 24), graph=graph)
+    assert forced.network["flows"] > 0 and forced.network["step_flows"] == {"both": ["ep"]}
+    _same(forced, skipped)
