@@ -202,6 +202,7 @@ def _app(name, *args, cwd):
     ("sim", ["serving.concurrency=0"], "serving.concurrency"),
     ("sim", ["serving.runtime=tgi"], "serving.runtime"),
     ("sim", ["serving.mem_fraction=1.5"], "serving.mem_fraction"),
+    ("sim", ["serving.frontend_token_us=-3"], "serving.frontend_token_us"),
     ("sim", ["serving.trace=TRACE_MISSING"], "output_len"),
     ("search", ["serving.trace=TRACE_NEGATIVE"], "input_len"),
     ("search", ["serving.search.pool_seeds=-1"], "serving.search.pool_seeds"),

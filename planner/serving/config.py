@@ -123,6 +123,10 @@ class ServingAppConfig:
     osl_std: float = 0.0
     runtime: str = "vllm"
     mem_fraction: float | None = None
+    #: host time per streamed token of the runtime's frontend process, in microseconds
+    #: (simcore.serving.frontend: where steps outrun it, tokens and new requests wait in its backlog);
+    #: null: the profile's (0, not fitted yet)
+    frontend_token_us: float | None = None
     #: the runtime's release, ``0.12.0`` (null: the profile as it is, today's defaults); it picks what that
     #: release does by default (simcore.serving.deployment.versions): vLLM before 0.14 runs its host step
     #: synchronously (profile ``vllm-sync``), vLLM 0.12-0.14 pads FP8 experts' rows to DeepGEMM's block, and
@@ -232,6 +236,15 @@ def _lengths(s) -> tuple:
     return tuple(out)
 
 
+def _frontend_token_s(v) -> float | None:
+    """``serving.frontend_token_us`` in seconds (None: the profile's)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise UserError(f"serving.frontend_token_us must be a number of microseconds, got {v!r}")
+    return float(v) * 1e-6
+
+
 def _spec_tokens(v) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise UserError(f"serving.spec_tokens must be an integer >= 0, got {v!r}")
@@ -270,6 +283,7 @@ def build_serving_config(s, load: float = 1.0, model: str | None = None):
                              input_len=input_len, output_len=output_len, runtime=str(s.runtime),
                              deployment=_deployment(s, model),
                              mem_fraction=None if s.get("mem_fraction") is None else float(s.mem_fraction),
+                             frontend_token_s=_frontend_token_s(s.get("frontend_token_us")),
                              spec_tokens=_spec_tokens(s.get("spec_tokens", 0)),
                              spec_accept=None if s.get("spec_accept") is None else _spec_accept(s.spec_accept),
                              ttft_slo_s=slo_seconds(s.ttft_slo_ms, "serving.ttft_slo_ms"),

@@ -6,8 +6,10 @@ test holds the two equal) and splits it into parts a profiler trace of the runti
 - ``attention``: the softmax-attention kernels over each sequence's context (and a sparse-attention
   model's indexer); ``linear attention``: a hybrid model's Gated DeltaNet mixers;
 - ``GEMMs``: the dense projections (QKV, output, dense MLP, router, shared experts, LM head);
-- ``routed experts``: the grouped expert GEMMs of the MoE layers, and ``MoE fixed time``: the runtime's
-  fixed time per MoE layer (``RuntimeProfile.moe_layer_s``: routing, sorting, launch of its kernels);
+- ``routed experts``: the grouped expert GEMMs of the MoE layers, and ``MoE fixed time (fitted)``: the
+  runtime's fixed time per MoE layer (``RuntimeProfile.moe_layer_s``), a number fitted on the fit rows'
+  TPOT that stands for what the MoE block takes beyond its priced kernels (routing, sorting, the grouped
+  kernels' grids over every expert): time the model does not explain kernel by kernel, labelled so;
 - ``communication``: tensor-parallel all-reduces and gathers, expert dispatch / combine, pipeline sends;
 - ``other kernels``: norms, embeddings and the rest of the memory-bound kernels;
 - ``speculative drafts``: the draft passes of speculative decoding;
@@ -29,7 +31,7 @@ from simcore.serving.step_cost import GroupBatch, StepCost, step_is_decode
 
 __all__ = ["PARTS", "StepBreakdown", "step_breakdown", "mean_decode_batches"]
 
-PARTS = ("attention", "linear attention", "GEMMs", "routed experts", "MoE fixed time", "communication",
+PARTS = ("attention", "linear attention", "GEMMs", "routed experts", "MoE fixed time (fitted)", "communication",
          "other kernels", "speculative drafts", "CUDA graph replay", "eager launch floor")
 
 
@@ -78,7 +80,7 @@ def step_breakdown(cost: StepCost, groups: list[GroupBatch], runtime: RuntimePro
             for t in tasks:
                 if t.kind != "host":  # the per-pass host task is the runtime profile's business (StepCost)
                     parts[_part(t)] += n * t.count * cost.task_s(t)
-        parts["MoE fixed time"] += cost.moe_layers[p] * runtime.moe_layer_s
+        parts["MoE fixed time (fitted)"] += cost.moe_layers[p] * runtime.moe_layer_s
     for attn, lin in cost.stage_mixers(busy):
         parts["attention"] += attn
         parts["linear attention"] += lin

@@ -79,6 +79,16 @@ class Request:
             self.finish_s = now
         return True
 
+    def streamed_at(self, now: float, seen: float, tokens: int) -> None:
+        """The ``tokens`` tokens it emitted at ``now`` reach its client at ``seen`` (the server's
+        frontend, :mod:`simcore.serving.frontend`)."""
+        times = self.token_times
+        times[len(times) - tokens:] = [seen] * tokens
+        if self.first_token_s == now:
+            self.first_token_s = seen
+        if self.finish_s == now:
+            self.finish_s = seen
+
     def hold_first(self) -> None:
         """Disaggregated serving: the first token, sampled at the end of the prefill on the prefill
         worker, is not streamed from there; it reaches the client with the decode worker's output, at

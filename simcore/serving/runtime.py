@@ -165,6 +165,12 @@ A profile holds few physical numbers, each with its source:
   non-torch memory, where the forward's own activations come to ~1 GiB; the test sources, vLLM 0.19's logs
   in llm-d-planner and logs in vLLM's issues, are scored out of sample). SGLang's static pool and
   TensorRT-LLM's fraction of the free memory keep 0: no fit rows (four SGLang logs, scored: 2.4%).
+- ``frontend_token_s``: host time per streamed token of the frontend process that streams a worker's
+  tokens and takes its new requests in, one job at a time (:mod:`simcore.serving.frontend`: SGLang's
+  ``TokenizerManager``, vLLM's API server, ``trtllm-serve``). Where the steps emit tokens faster than it
+  streams them, its backlog delays every token's way to the client and every new request's way in, and
+  the scheduler's batch runs below the client count. 0 (it keeps up) in every profile: not fitted yet;
+  set it per run (``--set frontend_token_s=...`` of ``python -m validation.studies.serving.score``).
 - ``spec_tokens``, ``spec_accept``: speculative decoding (MTP, EAGLE; :mod:`simcore.serving.speculative`),
   off (0 draft tokens) in every profile, set per launch; ``spec_accept`` the conditional acceptance of each
   draft position (aiconfigurator's default rates unless the launch gives its own).
@@ -248,6 +254,9 @@ class RuntimeProfile:
     #: SGLang's two-batch overlap (``--enable-two-batch-overlap``): each step's expert dispatch and combine
     #: hidden behind the other micro-batch's compute (:func:`simcore.serving.step_cost.two_batch_overlap_s`)
     two_batch_overlap: bool = False
+    #: host time per streamed token of the one frontend process a worker streams through
+    #: (:mod:`simcore.serving.frontend`); 0: it keeps up with every step
+    frontend_token_s: float = 0.0
 
     def host_s(self, seqs: int) -> float:
         """Host time of a step over ``seqs`` sequences."""
@@ -262,7 +271,7 @@ class RuntimeProfile:
         if self.scheduler not in SCHEDULERS:
             raise ServingInputError(f"runtime.scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         for f in ("step_host_s", "launch_s", "graph_kernel_s", "step_host_per_seq_s", "request_s",
-                  "tokenize_s_per_token", "moe_layer_s",
+                  "tokenize_s_per_token", "frontend_token_s", "moe_layer_s",
                   "eager_moe_layer_s", "custom_ar_s", "two_shot_ar_s", "reserved_bytes"):
             if getattr(self, f) < 0:
                 raise ServingInputError(f"runtime {self.name}: {f} must be >= 0, got {getattr(self, f)}")

@@ -74,6 +74,9 @@ class ServingConfig:
     #: conditional acceptance of each draft position (``None``: aiconfigurator's default rates)
     spec_tokens: int = 0
     spec_accept: tuple[float, ...] | None = None
+    #: host time per streamed token of the runtime's frontend process for this run
+    #: (:mod:`.frontend`; ``None``: its profile's, 0 in every shipped profile)
+    frontend_token_s: float | None = None
     #: the runtime's release, the experts' format and the launch flags (:mod:`.deployment`; the default
     #: changes nothing): the profile of ``runtime`` at that release with those flags, and for each plan
     #: its MoE kernels, its release's defaults for the layout and the experts' padding
@@ -105,6 +108,9 @@ class ServingConfig:
                 raise ServingInputError(f"serving.{name} must be positive, got {v!r}")
         if self.mem_fraction is not None and not 0 < self.mem_fraction <= 1:
             raise ServingInputError(f"serving.mem_fraction must be in (0, 1], got {self.mem_fraction!r}")
+        if self.frontend_token_s is not None and not (0 <= self.frontend_token_s < 1e-2):
+            raise ServingInputError(f"serving.frontend_token_us must be in [0, 10000), got "
+                                    f"{self.frontend_token_s * 1e6!r}")
         self.runtime_profile()
 
     def runtime_profile(self) -> RuntimeProfile:
@@ -113,6 +119,8 @@ class ServingConfig:
         profile = self.deployment.runtime_profile(self.runtime)
         if self.mem_fraction is not None:
             profile = profile.with_overrides(mem_fraction=self.mem_fraction)
+        if self.frontend_token_s is not None:
+            profile = profile.with_overrides(frontend_token_s=self.frontend_token_s)
         if self.spec_tokens or self.spec_accept is not None:
             accept = tuple(self.spec_accept) if self.spec_accept is not None else profile.spec_accept
             check_accept(self.spec_tokens, accept, "serving")
@@ -181,8 +189,12 @@ class _Clients:
         self.done.append(req)
         if len(self.done) == len(self.reqs):
             self.all_done.succeed()
-        elif self.cfg.arrival == "closed":
-            self._send(next(self.pending, None), req.client)
+        elif self.cfg.arrival == "closed":  # its client sends the next once the last token reached it
+            nxt = next(self.pending, None)
+            if req.finish_s > self.env.now:  # still in the server's frontend (simcore.serving.frontend)
+                self.env.process(self._send_at(nxt, req.client, req.finish_s))
+            else:
+                self._send(nxt, req.client)
 
     def start(self, cluster: RequestIntake) -> None:
         """Send the opening requests (each closed-loop client's first, spread over one unloaded request's
@@ -202,6 +214,10 @@ class _Clients:
             return
         req.arrival_s, req.client = self.env.now, client
         self.cluster.route(req)
+
+    def _send_at(self, req: Request | None, client: int, at_s: float):
+        yield self.env.timeout(at_s - self.env.now)
+        self._send(req, client)
 
     def _staggered(self, clients: int, spacing_s: float):
         for client in range(clients):

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import simpy
 
+from simcore.serving.frontend import Frontend
 from simcore.serving.kvcache import KvCache, state_blocks
 from simcore.serving.requests import Request
 from simcore.serving.runtime import RuntimeProfile
@@ -81,6 +82,10 @@ class Worker:
         #: a :class:`~simcore.serving.fabric.WorkerFabric` where some of its steps' communication runs as
         #: flows on the plan's network (set by the cluster before the first step), else None: closed form
         self.net = None
+        #: the process that streams its tokens and takes new requests in (:mod:`~simcore.serving.frontend`);
+        #: while it is active, steps are taken one by one (a new request waits behind each step's stream)
+        self.frontend = Frontend(runtime.frontend_token_s)
+        self.entering = 0  # new requests waiting behind the frontend's backlog
         env.process(self._loop())
 
     # ------------------------------------------------------------------ requests in
@@ -92,6 +97,19 @@ class Worker:
             state = f" plus {kv.state_blocks * kv.block_tokens} tokens' worth of state" if kv.state_blocks else ""
             raise PlanInfeasible(f"kv_capacity: one request of {req.input_len}+{req.output_len} tokens{state} needs "
                                  f"more KV than an attention group holds ({kv.total_blocks * kv.block_tokens} tokens)")
+        wait = self.frontend.backlog_s(self.env.now) if self.role != "decode" else 0.0
+        if wait > 0:  # a new request waits behind the tokens its frontend is still streaming
+            self.entering += 1
+            self.env.process(self._enter_after(req, g, wait))
+        else:
+            self._enter(req, g)
+
+    def _enter_after(self, req: Request, g: int, wait: float):
+        yield self.env.timeout(wait)
+        self.entering -= 1
+        self._enter(req, g)
+
+    def _enter(self, req: Request, g: int) -> None:
         req.group = g
         if self.role == "decode":
             req.kv_tokens = req.prefill_target  # the prompt's KV came from the prefill worker
@@ -102,7 +120,7 @@ class Worker:
     def load(self) -> int:
         """Outstanding requests: those its groups hold, and those routed here whose KV is still on its
         way (a disaggregated hand-off counts from the moment it is routed, as a router counts it)."""
-        return sum(g.load for g in self.groups) + self.incoming
+        return sum(g.load for g in self.groups) + self.incoming + self.entering
 
     def _poke(self) -> None:
         if not self._wake.triggered:
@@ -181,7 +199,7 @@ class Worker:
 
     def _decode_run(self, picks) -> int:
         """How many identical pure-decode steps may be taken at once (1: take one step normally)."""
-        if self.decode_q > 1 or (self.net is not None and self.net.active):
+        if self.decode_q > 1 or (self.net is not None and self.net.active) or self.frontend.active:
             return 1  # speculative decoding: tokens per step differ; flows: each step meets other traffic
         reqs = [r for pick in picks for r, n in pick]
         if any(r.in_prefill for r in reqs) or any(g.waiting and self._may_admit(g) for g in self.groups):
@@ -292,22 +310,33 @@ class Worker:
 
     def _apply(self, picks) -> None:
         now = self.env.now
+        ended = []  # (request, its group, whether it sampled) for each request the step advanced
+        streamed = []  # the requests that emitted tokens, and how many, for the frontend
         for group, pick in zip(self.groups, picks, strict=True):
             for req, n in pick:
                 self._busy.discard(req.rid)
                 if req not in group.running:  # preempted while in flight: its work is void
                     continue
+                before = len(req.token_times)
                 if self.decode_q > 1 and not req.in_prefill:  # keeps the drafts it accepted
                     kept = emitted(req, self.runtime.tokens_per_step)
                     sampled = req.advance(kept, now, emit=kept)
                 else:
                     sampled = req.advance(n, now)
-                if req.done:
-                    group.finish(req)
-                    self.on_finish(req)
-                elif sampled and self.role == "prefill":
-                    group.finish(req)  # KV leaves with the hand-off
-                    self.on_prefilled(req, self)
+                if len(req.token_times) > before:
+                    streamed.append((req, len(req.token_times) - before))
+                ended.append((req, group, sampled))
+        if self.frontend.active and self.role != "prefill" and streamed:
+            seen = self.frontend.emit(now, sum(k for _, k in streamed))
+            for req, k in streamed:
+                req.streamed_at(now, seen, k)
+        for req, group, sampled in ended:
+            if req.done:
+                group.finish(req)
+                self.on_finish(req)
+            elif sampled and self.role == "prefill":
+                group.finish(req)  # KV leaves with the hand-off
+                self.on_prefilled(req, self)
         if self.trace is not None:
             self.trace.counters(self, now)
         self._poke()
